@@ -1,0 +1,137 @@
+//! Message parts: the rows a message is made of, written while the model is
+//! still streaming so readers see them change live.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::message::Tokens;
+use crate::tool_state::ToolState;
+use crate::{FinishReason, MessageId, Millis, PartId, SessionId};
+
+/// One part of a message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Part {
+    pub id: PartId,
+    pub session_id: SessionId,
+    pub message_id: MessageId,
+    #[serde(flatten)]
+    pub body: PartBody,
+}
+
+/// What a part holds, tagged by `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum PartBody {
+    /// Text from the user or the model.
+    Text {
+        text: String,
+        /// Added by warden, not typed by the user or streamed by the model.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        synthetic: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        time: Option<TextTime>,
+    },
+    /// The model's reasoning (thinking), kept apart from the answer.
+    Reasoning {
+        text: String,
+        /// Provider data needed to send the reasoning back (e.g. a signature).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        metadata: Option<Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        time: Option<TextTime>,
+    },
+    /// One tool call and its state.
+    Tool {
+        /// The model's id for the call; results are matched by it.
+        call_id: String,
+        /// The tool's id.
+        tool: String,
+        state: ToolState,
+        /// Run by the provider itself (e.g. a server-side search), not by warden.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        provider_executed: bool,
+    },
+    /// A model step began.
+    StepStart {},
+    /// A model step ended.
+    StepFinish {
+        reason: FinishReason,
+        tokens: Tokens,
+        cost: f64,
+    },
+    /// Marks where history was summarised; earlier messages are not sent again.
+    Compaction {
+        auto: bool,
+        #[serde(default)]
+        overflow: bool,
+    },
+}
+
+/// When a text or reasoning part started and ended streaming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TextTime {
+    pub start: Millis,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<Millis>,
+}
+
+impl PartBody {
+    /// The `type` tag: `text`, `reasoning`, `tool`, `step-start`, `step-finish`, `compaction`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PartBody::Text { .. } => "text",
+            PartBody::Reasoning { .. } => "reasoning",
+            PartBody::Tool { .. } => "tool",
+            PartBody::StepStart {} => "step-start",
+            PartBody::StepFinish { .. } => "step-finish",
+            PartBody::Compaction { .. } => "compaction",
+        }
+    }
+}
+
+impl Part {
+    /// The tool call's state, for tool parts.
+    pub fn tool_state(&self) -> Option<&ToolState> {
+        match &self.body {
+            PartBody::Tool { state, .. } => Some(state),
+            _ => None,
+        }
+    }
+
+    /// The call id, for tool parts.
+    pub fn call_id(&self) -> Option<&str> {
+        match &self.body {
+            PartBody::Tool { call_id, .. } => Some(call_id),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parts_flatten_their_body() {
+        let p = Part {
+            id: "prt_1".into(),
+            session_id: "ses_1".into(),
+            message_id: "msg_1".into(),
+            body: PartBody::Tool {
+                call_id: "call_1".into(),
+                tool: "read".into(),
+                state: ToolState::pending(),
+                provider_executed: false,
+            },
+        };
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(
+            v,
+            json!({"id": "prt_1", "session_id": "ses_1", "message_id": "msg_1", "type": "tool",
+                   "call_id": "call_1", "tool": "read", "state": {"status": "pending", "input": {}, "raw": ""}})
+        );
+        let back: Part = serde_json::from_value(v).unwrap();
+        assert_eq!(back, p);
+    }
+}
