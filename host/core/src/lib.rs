@@ -1,1 +1,28 @@
-//! placeholder
+//! The warden agent core: the session ledger, the run loop, the processor,
+//! model adapters, permissions and the event bus. It never prints and knows
+//! nothing of wasmtime: guests run behind the [`tool::ToolHost`] trait, and
+//! front ends only consume [`bus`] events.
+//!
+//! Where to start reading: [`session`] (`Core::prompt` → `Core::run` →
+//! [`session::run_loop`] → [`session::processor`]), then [`ledger`] and
+//! [`tool::call`] (the host boundary: permission, hooks, guest, audit). The
+//! tool state machine itself is `warden_protocol::tool_state`.
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+pub mod agent;
+pub mod bus;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod ledger;
+pub mod llm;
+pub mod permission;
+pub mod session;
+pub mod tool;
+
+pub use bus::Bus;
+pub use config::Config;
+pub use error::{CoreError, Result};
+pub use ledger::Ledger;
+pub use session::{Core, CoreOptions, PromptInput};

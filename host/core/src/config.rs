@@ -1,0 +1,255 @@
+//! The one config file: model, agents, permission rules, plugins and their
+//! grants. Everything has a default that works offline, so no file is
+//! needed to run the demo.
+//!
+//! ```json
+//! {
+//!   "model": "scripted:./cassette.json",
+//!   "permission": {"*": "allow", "doom_loop": "ask"},
+//!   "agent": {"build": {"steps": 20, "permission": {"read": {"*.env": "deny"}}}},
+//!   "plugins": [{"name": "slow", "path": "plugins/slow.wasm", "sha256": "…",
+//!                "grants": {"dirs": [{"path": ".", "mode": "ro"}], "timeout_ms": 5000}}]
+//! }
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::llm::retry::RetryPolicy;
+
+/// The whole config file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The model used when a prompt names none: `provider/model` or `scripted:PATH`.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The agent used when a prompt names none (default `build`).
+    #[serde(default)]
+    pub default_agent: Option<String>,
+    /// Rules for every agent (OpenCode's shape), before each agent's own.
+    #[serde(default)]
+    pub permission: Option<Value>,
+    /// Agents by name.
+    #[serde(default)]
+    pub agent: BTreeMap<String, AgentConfig>,
+    /// Plugins to load besides the built-in tools.
+    #[serde(default)]
+    pub plugins: Vec<PluginConfig>,
+    /// Built-in tools: `true` (default) loads them all, `false` none.
+    #[serde(default)]
+    pub builtins: Option<bool>,
+    /// Grants for the built-in tools, by tool name, replacing their defaults.
+    #[serde(default)]
+    pub builtin_grants: BTreeMap<String, Grants>,
+    /// How model failures are retried.
+    #[serde(default)]
+    pub retry: Option<RetryPolicy>,
+    #[serde(default)]
+    pub experimental: Experimental,
+}
+
+/// Settings whose shape may still change.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Experimental {
+    /// Keep looping after a denied permission instead of stopping.
+    #[serde(default)]
+    pub continue_loop_on_deny: bool,
+}
+
+/// One agent.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The most model steps per prompt; the last one gets no tools.
+    #[serde(default)]
+    pub steps: Option<u32>,
+    /// The agent's own rules, after the global ones.
+    #[serde(default)]
+    pub permission: Option<Value>,
+    /// Replaces the default system prompt.
+    #[serde(default)]
+    pub system: Option<String>,
+    /// The agent's model, when the prompt names none.
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// One plugin: a component and what its operator grants it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginConfig {
+    /// The name used in rules, audit and errors.
+    pub name: String,
+    /// The `.wasm` component, relative to the config file.
+    pub path: PathBuf,
+    /// If set, the component's sha256 must match or the plugin is refused.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    #[serde(default)]
+    pub grants: Grants,
+    /// Per-tool settings: the permission name and where its pattern comes from.
+    #[serde(default)]
+    pub tools: BTreeMap<String, ToolSettings>,
+    /// For hook plugins: let calls through when the hook fails (default false).
+    #[serde(default)]
+    pub fail_open: bool,
+}
+
+/// How the rules see one tool.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolSettings {
+    /// The permission name (default: the tool id).
+    #[serde(default)]
+    pub permission: Option<String>,
+    /// The argument holding a file path, matched relative to the working directory.
+    #[serde(default)]
+    pub path_arg: Option<String>,
+    /// The argument holding a URL, matched by host.
+    #[serde(default)]
+    pub url_arg: Option<String>,
+}
+
+/// What a plugin may touch. Nothing is granted unless listed here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Grants {
+    /// Directories to mount, relative to the session's working directory or absolute.
+    #[serde(default)]
+    pub dirs: Vec<DirGrant>,
+    /// Environment variables passed through (by name).
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// Hosts it may reach over HTTP (`host`, `*.host`, optionally `:port`).
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Linear memory, in MiB.
+    #[serde(default = "default_memory_mb")]
+    pub memory_mb: u64,
+    /// Wall-clock limit per call, in ms.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// The largest output accepted, in KiB.
+    #[serde(default = "default_max_output_kb")]
+    pub max_output_kb: u64,
+}
+
+fn default_memory_mb() -> u64 {
+    64
+}
+fn default_timeout_ms() -> u64 {
+    10_000
+}
+fn default_max_output_kb() -> u64 {
+    256
+}
+
+impl Default for Grants {
+    fn default() -> Self {
+        Grants {
+            dirs: Vec::new(),
+            env: Vec::new(),
+            hosts: Vec::new(),
+            memory_mb: default_memory_mb(),
+            timeout_ms: default_timeout_ms(),
+            max_output_kb: default_max_output_kb(),
+        }
+    }
+}
+
+/// A directory to mount.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirGrant {
+    /// `.` is the session's working directory.
+    pub path: String,
+    #[serde(default)]
+    pub mode: DirMode,
+}
+
+/// Read-only or read-write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DirMode {
+    #[default]
+    #[serde(rename = "ro")]
+    ReadOnly,
+    #[serde(rename = "rw")]
+    ReadWrite,
+}
+
+impl Config {
+    /// Read a config file. Relative plugin paths are made relative to it.
+    pub fn load(path: &Path) -> Result<Config, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let mut config = Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for p in &mut config.plugins {
+            if p.path.is_relative() {
+                p.path = base.join(&p.path);
+            }
+        }
+        Ok(config)
+    }
+
+    /// Parse config text.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let config: Config = serde_json::from_str(text).map_err(|e| format!("invalid config: {e}"))?;
+        if let Some(p) = &config.permission {
+            crate::permission::rules_from_config(p)?;
+        }
+        for (name, agent) in &config.agent {
+            if let Some(p) = &agent.permission {
+                crate::permission::rules_from_config(p).map_err(|e| format!("agent.{name}: {e}"))?;
+            }
+            if agent.steps == Some(0) {
+                return Err(format!("agent.{name}.steps must be at least 1"));
+            }
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for p in &config.plugins {
+            if p.name.is_empty() || !names.insert(p.name.clone()) {
+                return Err(format!("plugin names must be non-empty and unique ({:?})", p.name));
+            }
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_config_is_valid() {
+        let c = Config::parse("{}").unwrap();
+        assert!(c.plugins.is_empty());
+        assert_eq!(Grants::default().memory_mb, 64);
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        assert!(Config::parse(r#"{"modle": "x"}"#).unwrap_err().contains("unknown field `modle`"));
+        assert!(Config::parse(r#"{"agent": {"build": {"steps": 0}}}"#).unwrap_err().contains("agent.build.steps"));
+        assert!(
+            Config::parse(r#"{"agent": {"build": {"permission": {"read": "perhaps"}}}}"#)
+                .unwrap_err()
+                .contains("agent.build")
+        );
+        assert!(
+            Config::parse(r#"{"plugins": [{"name": "a", "path": "x"}, {"name": "a", "path": "y"}]}"#)
+                .unwrap_err()
+                .contains("unique")
+        );
+        assert!(
+            Config::parse(r#"{"plugins": [{"name": "a", "path": "x", "grants": {"dirs": [{"path": ".", "mode": "rwx"}]}}]}"#)
+                .is_err()
+        );
+    }
+}

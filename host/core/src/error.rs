@@ -1,0 +1,66 @@
+//! The core's one error type. Each variant says who raises it and how the
+//! loop reacts.
+
+use warden_protocol::{ProviderError, SessionId};
+
+/// Errors of the agent core.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    /// SQLite failed (disk full, locked past the busy timeout, ...). Raised by
+    /// the ledger; the loop stops and nothing written before is lost.
+    #[error("ledger: {0}")]
+    Ledger(#[from] rusqlite::Error),
+
+    /// A row in the ledger does not decode. Raised by the ledger when reading;
+    /// the loop stops rather than act on a history it cannot read.
+    #[error("ledger: {what} is unreadable: {reason}")]
+    Corrupt { what: String, reason: String },
+
+    /// The ledger was written by a newer warden. Raised when opening.
+    #[error(
+        "the ledger at {path} has schema version {found}, newer than this warden understands ({supported}); upgrade warden"
+    )]
+    LedgerTooNew { path: String, found: i64, supported: i64 },
+
+    /// No such session. Raised by every per-session entry point.
+    #[error("no session {0}; `warden session list` shows the sessions in this ledger")]
+    SessionNotFound(SessionId),
+
+    /// The session has no user message to answer. Raised by the loop.
+    #[error("session {0} has no user message to answer")]
+    NoUserMessage(SessionId),
+
+    /// Another process holds the session's runner lease. Raised when a loop
+    /// starts; nothing is written.
+    #[error("session {session} is being run by another warden process ({holder}); wait for it to finish")]
+    SessionBusy { session: SessionId, holder: String },
+
+    /// The model could not be resolved (unknown provider, unreadable
+    /// cassette). Raised before any model request.
+    #[error("model {model}: {reason}")]
+    Model { model: String, reason: String },
+
+    /// The agent named by the prompt is not configured.
+    #[error("no agent named {name:?}; configured agents: {known}")]
+    UnknownAgent { name: String, known: String },
+
+    /// The provider failed and retries did not help. Raised by the processor;
+    /// also written to the assistant message.
+    #[error("provider: {0}")]
+    Provider(ProviderError),
+
+    /// Bad configuration: what is wrong and where.
+    #[error("config: {0}")]
+    Config(String),
+
+    /// The session was cancelled.
+    #[error("cancelled")]
+    Cancelled,
+
+    /// The loop's task died (a bug); reported instead of hanging the caller.
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+/// Result with [`CoreError`].
+pub type Result<T, E = CoreError> = std::result::Result<T, E>;

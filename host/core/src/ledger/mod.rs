@@ -1,0 +1,635 @@
+//! The session ledger: an append-mostly record of sessions, messages and
+//! parts in SQLite, which the loop re-reads every round. Nothing the loop
+//! needs lives only in memory.
+//!
+//! This module is the narrow storage interface: every SQL statement and
+//! every SQLite setting lives here, so another backend (PostgreSQL for hosts
+//! sharing sessions) replaces this module and nothing else. Every write is
+//! published on the [`Bus`] after it commits.
+
+pub mod id;
+mod schema;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use warden_protocol::{
+    Event, MessageId, MessageInfo, MessageWithParts, Millis, Part, PartBody, Rule, SessionId, SessionInfo,
+};
+
+use crate::bus::Bus;
+use crate::clock::now_ms;
+use crate::error::{CoreError, Result};
+
+/// How a part write is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartWrite<'a> {
+    /// A new part, or a change worth keeping in the timeline (a tool state
+    /// transition, the end of a text): the row and a `part_event`.
+    Changed,
+    /// Streamed text appended: the row only; the bus carries the delta.
+    Delta(&'a str),
+}
+
+/// One recorded change of a part: the replayable timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartEvent {
+    pub seq: i64,
+    pub at: Millis,
+    pub message_id: MessageId,
+    pub part: Part,
+}
+
+/// One decision or guest call at the host boundary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    #[serde(default)]
+    pub seq: i64,
+    pub session_id: SessionId,
+    pub message_id: Option<MessageId>,
+    pub call_id: Option<String>,
+    pub at: Millis,
+    /// `permission`, `before`, `tool`, `after`, `ask`.
+    pub stage: String,
+    /// What was called or checked: `read` (tool), `plugin:name` (guest), ...
+    pub subject: String,
+    /// The guest's content hash, for guest calls.
+    pub plugin_hash: Option<String>,
+    /// `allowed`, `denied`, `asked:once`, `asked:reject`, ...
+    pub decision: String,
+    /// The rule that decided, as `permission pattern action`.
+    pub rule: Option<String>,
+    pub duration_us: Option<i64>,
+    /// `ok`, or what went wrong.
+    pub outcome: Option<String>,
+}
+
+/// Who holds a session's runner lease, when taking it failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseHeld {
+    pub holder: String,
+    pub expires_at: Millis,
+}
+
+/// The ledger. Cheap to clone; all clones share one connection.
+#[derive(Clone)]
+pub struct Ledger {
+    db: Arc<Mutex<Connection>>,
+    bus: Bus,
+    path: Arc<str>,
+}
+
+impl Ledger {
+    /// Open (creating if needed) the ledger at `path` and bring its schema up to date.
+    pub fn open(path: &Path, bus: Bus) -> Result<Ledger> {
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir).map_err(|e| CoreError::Config(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let conn = Connection::open(path)?;
+        Self::init(conn, bus, &path.display().to_string())
+    }
+
+    /// A private in-memory ledger, for tests and benchmarks.
+    pub fn in_memory(bus: Bus) -> Result<Ledger> {
+        Self::init(Connection::open_in_memory()?, bus, ":memory:")
+    }
+
+    fn init(conn: Connection, bus: Bus, path: &str) -> Result<Ledger> {
+        // WAL + NORMAL survives a killed process (only power loss can lose the
+        // last transactions); the busy timeout lets processes share the file.
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let mut conn = conn;
+        migrate(&mut conn, path)?;
+        Ok(Ledger {
+            db: Arc::new(Mutex::new(conn)),
+            bus,
+            path: path.into(),
+        })
+    }
+
+    /// Where the ledger lives.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The bus every write is published on.
+    pub fn bus(&self) -> &Bus {
+        &self.bus
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave SQLite half-written (the
+        // transaction rolls back), so a poisoned lock is still usable.
+        self.db.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    // ---- sessions ----
+
+    /// Create a session working in `directory`.
+    pub fn create_session(&self, directory: &str, title: &str) -> Result<SessionInfo> {
+        let now = now_ms();
+        let info = SessionInfo {
+            id: SessionId(id::ascending(SessionId::PREFIX)),
+            title: title.to_string(),
+            directory: directory.to_string(),
+            permission: Vec::new(),
+            created: now,
+            updated: now,
+        };
+        self.conn().execute(
+            "INSERT INTO session (id, title, directory, permission, created_at, updated_at) VALUES (?1, ?2, ?3, '[]', ?4, ?4)",
+            params![info.id.as_str(), info.title, info.directory, now],
+        )?;
+        self.bus.publish(Event::SessionCreated { session: info.clone() });
+        Ok(info)
+    }
+
+    /// A session, or `SessionNotFound`.
+    pub fn session(&self, id: &SessionId) -> Result<SessionInfo> {
+        let conn = self.conn();
+        let row = conn
+            .query_row(
+                "SELECT id, title, directory, permission, created_at, updated_at FROM session WHERE id = ?1",
+                params![id.as_str()],
+                session_row,
+            )
+            .optional()?;
+        match row {
+            Some(r) => r,
+            None => Err(CoreError::SessionNotFound(id.clone())),
+        }
+    }
+
+    /// Every session, newest first.
+    pub fn sessions(&self) -> Result<Vec<SessionInfo>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT id, title, directory, permission, created_at, updated_at FROM session ORDER BY id DESC",
+        )?;
+        let rows = stmt.query_map([], session_row)?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(r??);
+        }
+        Ok(out)
+    }
+
+    /// Replace the session's own permission rules.
+    pub fn set_session_permission(&self, id: &SessionId, rules: &[Rule]) -> Result<SessionInfo> {
+        let body = serde_json::to_string(rules).map_err(|e| CoreError::Internal(e.to_string()))?;
+        let n = self.conn().execute(
+            "UPDATE session SET permission = ?2, updated_at = ?3 WHERE id = ?1",
+            params![id.as_str(), body, now_ms()],
+        )?;
+        if n == 0 {
+            return Err(CoreError::SessionNotFound(id.clone()));
+        }
+        let info = self.session(id)?;
+        self.bus.publish(Event::SessionUpdated { session: info.clone() });
+        Ok(info)
+    }
+
+    /// Mark the session as just used.
+    pub fn touch_session(&self, id: &SessionId) -> Result<()> {
+        let n = self
+            .conn()
+            .execute("UPDATE session SET updated_at = ?2 WHERE id = ?1", params![id.as_str(), now_ms()])?;
+        if n == 0 {
+            return Err(CoreError::SessionNotFound(id.clone()));
+        }
+        Ok(())
+    }
+
+    // ---- messages and parts ----
+
+    /// Insert or update a message header.
+    pub fn put_message(&self, info: &MessageInfo) -> Result<()> {
+        let body = serde_json::to_string(info).map_err(|e| CoreError::Internal(e.to_string()))?;
+        let now = now_ms();
+        self.conn().execute(
+            "INSERT INTO message (id, session_id, role, info, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT(id) DO UPDATE SET info = excluded.info, updated_at = excluded.updated_at",
+            params![info.id().as_str(), info.session_id().as_str(), info.role(), body, info.created(), now],
+        )?;
+        self.bus.publish(Event::MessageUpdated { info: info.clone() });
+        Ok(())
+    }
+
+    /// Insert or update a part; see [`PartWrite`] for what is recorded.
+    pub fn put_part(&self, part: &Part, write: PartWrite<'_>) -> Result<()> {
+        let body = serde_json::to_string(part).map_err(|e| CoreError::Internal(e.to_string()))?;
+        let now = now_ms();
+        let status = part.tool_state().map(|s| s.status());
+        {
+            let mut conn = self.conn();
+            let tx = conn.transaction()?;
+            tx.execute(
+                "INSERT INTO part (id, message_id, session_id, kind, call_id, status, body, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT(id) DO UPDATE SET status = excluded.status, body = excluded.body, updated_at = excluded.updated_at",
+                params![
+                    part.id.as_str(),
+                    part.message_id.as_str(),
+                    part.session_id.as_str(),
+                    part.body.kind(),
+                    part.call_id(),
+                    status,
+                    body,
+                    now
+                ],
+            )?;
+            if write == PartWrite::Changed {
+                tx.execute(
+                    "INSERT INTO part_event (session_id, message_id, part_id, kind, call_id, status, at, body)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    params![
+                        part.session_id.as_str(),
+                        part.message_id.as_str(),
+                        part.id.as_str(),
+                        part.body.kind(),
+                        part.call_id(),
+                        status,
+                        now,
+                        body
+                    ],
+                )?;
+            }
+            tx.commit()?;
+        }
+        let delta = match write {
+            PartWrite::Delta(d) => Some(d.to_string()),
+            PartWrite::Changed => None,
+        };
+        self.bus.publish(Event::PartUpdated {
+            part: part.clone(),
+            delta,
+        });
+        Ok(())
+    }
+
+    /// Every message of a session with its parts, in id order.
+    pub fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
+        let conn = self.conn();
+        let mut out: Vec<MessageWithParts> = Vec::new();
+        {
+            let mut stmt = conn.prepare("SELECT id, info FROM message WHERE session_id = ?1 ORDER BY id")?;
+            let rows = stmt.query_map(params![session.as_str()], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+            for row in rows {
+                let (id, info) = row?;
+                let info: MessageInfo = decode(&info, || format!("message {id}"))?;
+                out.push(MessageWithParts { info, parts: Vec::new() });
+            }
+        }
+        let mut stmt = conn.prepare("SELECT id, message_id, body FROM part WHERE session_id = ?1 ORDER BY message_id, id")?;
+        let rows = stmt.query_map(params![session.as_str()], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?))
+        })?;
+        let mut idx = 0;
+        for row in rows {
+            let (id, message_id, body) = row?;
+            let part: Part = decode(&body, || format!("part {id}"))?;
+            // Both lists are sorted by message id, so one forward walk pairs them.
+            while idx < out.len() && out[idx].info.id().as_str() < message_id.as_str() {
+                idx += 1;
+            }
+            match out.get_mut(idx) {
+                Some(m) if m.info.id().as_str() == message_id => m.parts.push(part),
+                _ => {
+                    return Err(CoreError::Corrupt {
+                        what: format!("part {id}"),
+                        reason: format!("its message {message_id} is missing"),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One message with its parts.
+    pub fn message(&self, session: &SessionId, id: &MessageId) -> Result<Option<MessageWithParts>> {
+        Ok(self.messages(session)?.into_iter().find(|m| m.info.id() == id))
+    }
+
+    /// How many assistant messages of the session began a model step.
+    pub fn started_turns(&self, session: &SessionId) -> Result<u32> {
+        let n: i64 = self.conn().query_row(
+            "SELECT COUNT(DISTINCT p.message_id) FROM part p JOIN message m ON m.id = p.message_id
+             WHERE p.session_id = ?1 AND p.kind = 'step-start' AND m.role = 'assistant'",
+            params![session.as_str()],
+            |r| r.get(0),
+        )?;
+        Ok(n as u32)
+    }
+
+    /// The recorded timeline of the session's parts, in order.
+    pub fn part_events(&self, session: &SessionId) -> Result<Vec<PartEvent>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT seq, at, message_id, body FROM part_event WHERE session_id = ?1 ORDER BY seq",
+        )?;
+        let rows = stmt.query_map(params![session.as_str()], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, at, message_id, body) = row?;
+            let part: Part = decode(&body, || format!("part event {seq}"))?;
+            out.push(PartEvent {
+                seq,
+                at,
+                message_id: MessageId(message_id),
+                part,
+            });
+        }
+        Ok(out)
+    }
+
+    // ---- audit ----
+
+    /// Record a decision or guest call.
+    pub fn audit(&self, entry: &AuditEntry) -> Result<()> {
+        self.conn().execute(
+            "INSERT INTO audit (session_id, message_id, call_id, at, stage, subject, plugin_hash, decision, rule, duration_us, outcome)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            params![
+                entry.session_id.as_str(),
+                entry.message_id.as_ref().map(|m| m.as_str()),
+                entry.call_id,
+                entry.at,
+                entry.stage,
+                entry.subject,
+                entry.plugin_hash,
+                entry.decision,
+                entry.rule,
+                entry.duration_us,
+                entry.outcome
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// The session's audit trail, in order.
+    pub fn audit_trail(&self, session: &SessionId) -> Result<Vec<AuditEntry>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT seq, session_id, message_id, call_id, at, stage, subject, plugin_hash, decision, rule, duration_us, outcome
+             FROM audit WHERE session_id = ?1 ORDER BY seq",
+        )?;
+        let rows = stmt.query_map(params![session.as_str()], |r| {
+            Ok(AuditEntry {
+                seq: r.get(0)?,
+                session_id: SessionId(r.get(1)?),
+                message_id: r.get::<_, Option<String>>(2)?.map(MessageId),
+                call_id: r.get(3)?,
+                at: r.get(4)?,
+                stage: r.get(5)?,
+                subject: r.get(6)?,
+                plugin_hash: r.get(7)?,
+                decision: r.get(8)?,
+                rule: r.get(9)?,
+                duration_us: r.get(10)?,
+                outcome: r.get(11)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    // ---- runner leases ----
+
+    /// Take (or renew) the session's runner lease for `ttl_ms`. Fails with the
+    /// current holder when someone else holds an unexpired lease, unless
+    /// `holder_is_dead` says that holder is gone.
+    pub fn acquire_lease(
+        &self,
+        session: &SessionId,
+        holder: &str,
+        ttl_ms: i64,
+        holder_is_dead: impl Fn(&str) -> bool,
+    ) -> Result<std::result::Result<(), LeaseHeld>> {
+        let now = now_ms();
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let current: Option<(String, i64)> = tx
+            .query_row(
+                "SELECT holder, expires_at FROM runner_lease WHERE session_id = ?1",
+                params![session.as_str()],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        if let Some((h, exp)) = &current
+            && h != holder
+            && *exp > now
+            && !holder_is_dead(h)
+        {
+            return Ok(Err(LeaseHeld {
+                holder: h.clone(),
+                expires_at: *exp,
+            }));
+        }
+        tx.execute(
+            "INSERT INTO runner_lease (session_id, holder, expires_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT(session_id) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at",
+            params![session.as_str(), holder, now + ttl_ms],
+        )?;
+        tx.commit()?;
+        Ok(Ok(()))
+    }
+
+    /// Extend a lease this holder has; `false` if it was taken over meanwhile.
+    pub fn renew_lease(&self, session: &SessionId, holder: &str, ttl_ms: i64) -> Result<bool> {
+        let n = self.conn().execute(
+            "UPDATE runner_lease SET expires_at = ?3 WHERE session_id = ?1 AND holder = ?2",
+            params![session.as_str(), holder, now_ms() + ttl_ms],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// Give the lease back (only if this holder still has it).
+    pub fn release_lease(&self, session: &SessionId, holder: &str) -> Result<()> {
+        self.conn().execute(
+            "DELETE FROM runner_lease WHERE session_id = ?1 AND holder = ?2",
+            params![session.as_str(), holder],
+        )?;
+        Ok(())
+    }
+}
+
+fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<SessionInfo>> {
+    let id: String = r.get(0)?;
+    let permission: String = r.get(3)?;
+    let rules = match serde_json::from_str::<Vec<Rule>>(&permission) {
+        Ok(rules) => rules,
+        Err(e) => {
+            return Ok(Err(CoreError::Corrupt {
+                what: format!("permission rules of session {id}"),
+                reason: e.to_string(),
+            }));
+        }
+    };
+    Ok(Ok(SessionInfo {
+        id: SessionId(id),
+        title: r.get(1)?,
+        directory: r.get(2)?,
+        permission: rules,
+        created: r.get(4)?,
+        updated: r.get(5)?,
+    }))
+}
+
+fn decode<T: serde::de::DeserializeOwned>(text: &str, what: impl FnOnce() -> String) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| CoreError::Corrupt {
+        what: what(),
+        reason: e.to_string(),
+    })
+}
+
+fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let supported = schema::MIGRATIONS.len() as i64;
+    if version > supported {
+        return Err(CoreError::LedgerTooNew {
+            path: path.to_string(),
+            found: version,
+            supported,
+        });
+    }
+    for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+/// True for parts that carry content a model produced or a user typed.
+pub fn has_content(parts: &[Part]) -> bool {
+    parts.iter().any(|p| match &p.body {
+        PartBody::Text { text, .. } | PartBody::Reasoning { text, .. } => !text.is_empty(),
+        PartBody::Tool { .. } => true,
+        _ => false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warden_protocol::{ModelRef, ToolState, UserInfo};
+
+    fn ledger() -> Ledger {
+        Ledger::in_memory(Bus::new()).unwrap()
+    }
+
+    #[test]
+    fn messages_come_back_with_their_parts_in_id_order() {
+        let l = ledger();
+        let s = l.create_session("/w", "t").unwrap();
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            let info = MessageInfo::User(UserInfo {
+                id: MessageId(id::ascending("msg")),
+                session_id: s.id.clone(),
+                created: 1,
+                agent: "build".into(),
+                model: ModelRef {
+                    provider: "scripted".into(),
+                    model: "x".into(),
+                },
+            });
+            l.put_message(&info).unwrap();
+            for n in 0..2 {
+                let part = Part {
+                    id: id::ascending("prt").into(),
+                    session_id: s.id.clone(),
+                    message_id: info.id().clone(),
+                    body: PartBody::Text {
+                        text: format!("{n}"),
+                        synthetic: false,
+                        time: None,
+                    },
+                };
+                l.put_part(&part, PartWrite::Changed).unwrap();
+            }
+            ids.push(info.id().clone());
+        }
+        let msgs = l.messages(&s.id).unwrap();
+        assert_eq!(msgs.iter().map(|m| m.info.id().clone()).collect::<Vec<_>>(), ids);
+        for m in &msgs {
+            assert_eq!(m.parts.len(), 2);
+            assert!(m.parts[0].id < m.parts[1].id);
+        }
+    }
+
+    #[test]
+    fn only_changes_enter_the_timeline() {
+        let l = ledger();
+        let s = l.create_session("/w", "t").unwrap();
+        let info = MessageInfo::User(UserInfo {
+            id: MessageId(id::ascending("msg")),
+            session_id: s.id.clone(),
+            created: 1,
+            agent: "build".into(),
+            model: ModelRef {
+                provider: "scripted".into(),
+                model: "x".into(),
+            },
+        });
+        l.put_message(&info).unwrap();
+        let mut part = Part {
+            id: id::ascending("prt").into(),
+            session_id: s.id.clone(),
+            message_id: info.id().clone(),
+            body: PartBody::Tool {
+                call_id: "c1".into(),
+                tool: "read".into(),
+                state: ToolState::pending(),
+                provider_executed: false,
+            },
+        };
+        l.put_part(&part, PartWrite::Changed).unwrap();
+        l.put_part(&part, PartWrite::Delta("{")).unwrap();
+        if let PartBody::Tool { state, .. } = &mut part.body {
+            *state = state.start(serde_json::json!({}), 5).unwrap();
+        }
+        l.put_part(&part, PartWrite::Changed).unwrap();
+        let events = l.part_events(&s.id).unwrap();
+        let statuses: Vec<_> = events.iter().map(|e| e.part.tool_state().unwrap().status()).collect();
+        assert_eq!(statuses, ["pending", "running"]);
+    }
+
+    #[test]
+    fn a_lease_is_exclusive_until_it_expires_or_its_holder_dies() {
+        let l = ledger();
+        let s = l.create_session("/w", "t").unwrap();
+        assert!(l.acquire_lease(&s.id, "a", 60_000, |_| false).unwrap().is_ok());
+        let held = l.acquire_lease(&s.id, "b", 60_000, |_| false).unwrap().unwrap_err();
+        assert_eq!(held.holder, "a");
+        assert!(l.acquire_lease(&s.id, "b", 60_000, |h| h == "a").unwrap().is_ok());
+        assert!(!l.renew_lease(&s.id, "a", 60_000).unwrap());
+        l.release_lease(&s.id, "b").unwrap();
+        assert!(l.acquire_lease(&s.id, "a", -1, |_| false).unwrap().is_ok());
+        assert!(l.acquire_lease(&s.id, "b", 60_000, |_| false).unwrap().is_ok(), "expired lease is taken over");
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        drop(Ledger::open(&path, Bus::new()).unwrap());
+        let c = Connection::open(&path).unwrap();
+        c.pragma_update(None, "user_version", 99).unwrap();
+        drop(c);
+        match Ledger::open(&path, Bus::new()) {
+            Err(CoreError::LedgerTooNew { found: 99, .. }) => {}
+            Err(e) => panic!("unexpected {e}"),
+            Ok(_) => panic!("opened a newer ledger"),
+        }
+    }
+}

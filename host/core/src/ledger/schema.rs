@@ -1,0 +1,75 @@
+//! The ledger's schema, as an ordered list of migrations. `PRAGMA
+//! user_version` records how many have been applied; each runs once, in a
+//! transaction, and a ledger from a newer warden is refused rather than
+//! misread.
+
+/// Migration `i` takes the schema from version `i` to `i + 1`.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: sessions, messages, parts, the part timeline, runner leases, the audit trail.
+    r#"
+    CREATE TABLE session (
+        id          TEXT PRIMARY KEY,
+        title       TEXT NOT NULL,
+        directory   TEXT NOT NULL,
+        permission  TEXT NOT NULL DEFAULT '[]',
+        created_at  INTEGER NOT NULL,
+        updated_at  INTEGER NOT NULL
+    );
+    CREATE TABLE message (
+        id          TEXT PRIMARY KEY,
+        session_id  TEXT NOT NULL REFERENCES session(id) ON DELETE CASCADE,
+        role        TEXT NOT NULL,
+        info        TEXT NOT NULL,
+        created_at  INTEGER NOT NULL,
+        updated_at  INTEGER NOT NULL
+    );
+    CREATE INDEX message_by_session ON message(session_id, id);
+    CREATE TABLE part (
+        id          TEXT PRIMARY KEY,
+        message_id  TEXT NOT NULL REFERENCES message(id) ON DELETE CASCADE,
+        session_id  TEXT NOT NULL,
+        kind        TEXT NOT NULL,
+        call_id     TEXT,
+        status      TEXT,
+        body        TEXT NOT NULL,
+        updated_at  INTEGER NOT NULL
+    );
+    CREATE INDEX part_by_session ON part(session_id, message_id, id);
+    -- Every recorded change of a part (creation, tool state transition, end
+    -- of streaming), with the part as it was then: the replayable history.
+    CREATE TABLE part_event (
+        seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id  TEXT NOT NULL,
+        message_id  TEXT NOT NULL,
+        part_id     TEXT NOT NULL,
+        kind        TEXT NOT NULL,
+        call_id     TEXT,
+        status      TEXT,
+        at          INTEGER NOT NULL,
+        body        TEXT NOT NULL
+    );
+    CREATE INDEX part_event_by_session ON part_event(session_id, seq);
+    -- One runner per session, across every process sharing this file.
+    CREATE TABLE runner_lease (
+        session_id  TEXT PRIMARY KEY,
+        holder      TEXT NOT NULL,
+        expires_at  INTEGER NOT NULL
+    );
+    -- Every guest call and permission decision at the host boundary.
+    CREATE TABLE audit (
+        seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id  TEXT NOT NULL,
+        message_id  TEXT,
+        call_id     TEXT,
+        at          INTEGER NOT NULL,
+        stage       TEXT NOT NULL,
+        subject     TEXT NOT NULL,
+        plugin_hash TEXT,
+        decision    TEXT NOT NULL,
+        rule        TEXT,
+        duration_us INTEGER,
+        outcome     TEXT
+    );
+    CREATE INDEX audit_by_session ON audit(session_id, seq);
+    "#,
+];

@@ -1,0 +1,193 @@
+//! Models: the provider seam, model metadata and the retry policy.
+//!
+//! A [`Provider`] turns one [`LlmRequest`] into a stream of [`LlmEvent`]s;
+//! the processor consumes that stream and never sees a wire protocol. The
+//! [`scripted`] provider replays a cassette, for the offline demo and tests.
+
+pub mod retry;
+pub mod scripted;
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use warden_protocol::{LlmEvent, LlmRequest, ModelRef, ProviderError, Tokens};
+
+use crate::error::{CoreError, Result};
+
+/// The events of one model request.
+pub type EventStream = Pin<Box<dyn Stream<Item = LlmEvent> + Send>>;
+
+/// One model provider: a wire protocol and an endpoint.
+#[async_trait::async_trait]
+pub trait Provider: Send + Sync {
+    /// Start one request. Errors before the stream starts (HTTP status,
+    /// connection refused) are returned here; errors after it started arrive
+    /// as [`LlmEvent::Error`]. Dropping the stream cancels the request.
+    async fn stream(&self, request: LlmRequest) -> std::result::Result<EventStream, ProviderError>;
+}
+
+/// Prices in dollars per million tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Prices {
+    #[serde(default)]
+    pub input: f64,
+    #[serde(default)]
+    pub output: f64,
+    #[serde(default)]
+    pub cache_read: f64,
+    #[serde(default)]
+    pub cache_write: f64,
+}
+
+impl Prices {
+    /// The cost of a step's tokens.
+    pub fn cost(&self, t: &Tokens) -> f64 {
+        (t.input as f64 * self.input
+            + t.output as f64 * self.output
+            + t.reasoning as f64 * self.output
+            + t.cache.read as f64 * self.cache_read
+            + t.cache.write as f64 * self.cache_write)
+            / 1_000_000.0
+    }
+}
+
+/// What the loop needs to know about a model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelInfo {
+    pub reference: ModelRef,
+    /// The context window in tokens; `None` when unknown (no overflow check).
+    pub context_limit: Option<u64>,
+    /// The most tokens it may answer with; also the reserve kept free in the context.
+    pub output_limit: Option<u32>,
+    pub prices: Prices,
+}
+
+/// A model ready to be asked.
+#[derive(Clone)]
+pub struct ResolvedModel {
+    pub info: ModelInfo,
+    pub provider: Arc<dyn Provider>,
+}
+
+/// Finds the provider and metadata for a model reference.
+pub trait ModelResolver: Send + Sync {
+    fn resolve(&self, model: &ModelRef) -> Result<ResolvedModel>;
+}
+
+/// Builds a provider for a model of one provider name.
+pub type ProviderFactory = Arc<dyn Fn(&ModelRef) -> Result<ResolvedModel> + Send + Sync>;
+
+/// The default resolver: `scripted` plus whatever providers are registered.
+/// Resolved models are cached, so a cassette keeps its place across rounds.
+#[derive(Clone, Default)]
+pub struct Models {
+    factories: Arc<Mutex<HashMap<String, ProviderFactory>>>,
+    cache: Arc<Mutex<HashMap<ModelRef, ResolvedModel>>>,
+}
+
+impl Models {
+    /// A resolver that knows the `scripted` provider.
+    pub fn new() -> Self {
+        let m = Models::default();
+        m.register("scripted", Arc::new(scripted::resolve));
+        m
+    }
+
+    /// Add (or replace) the factory for a provider name.
+    pub fn register(&self, provider: &str, factory: ProviderFactory) {
+        self.factories
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(provider.to_string(), factory);
+    }
+
+    /// Parse `provider/model` or `scripted:PATH`.
+    pub fn parse(text: &str) -> Result<ModelRef> {
+        if let Some(path) = text.strip_prefix("scripted:") {
+            if path.is_empty() {
+                return Err(CoreError::Model {
+                    model: text.into(),
+                    reason: "give the cassette's path: scripted:PATH".into(),
+                });
+            }
+            return Ok(ModelRef {
+                provider: "scripted".into(),
+                model: path.into(),
+            });
+        }
+        match text.split_once('/') {
+            Some((p, m)) if !p.is_empty() && !m.is_empty() => Ok(ModelRef {
+                provider: p.into(),
+                model: m.into(),
+            }),
+            _ => Err(CoreError::Model {
+                model: text.into(),
+                reason: "write models as provider/model (e.g. openai/gpt-4o) or scripted:PATH".into(),
+            }),
+        }
+    }
+}
+
+impl ModelResolver for Models {
+    fn resolve(&self, model: &ModelRef) -> Result<ResolvedModel> {
+        if let Some(m) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(model) {
+            return Ok(m.clone());
+        }
+        let factory = {
+            let f = self.factories.lock().unwrap_or_else(|p| p.into_inner());
+            match f.get(&model.provider) {
+                Some(f) => f.clone(),
+                None => {
+                    let mut known: Vec<&String> = f.keys().collect();
+                    known.sort();
+                    let known: Vec<&str> = known.iter().map(|s| s.as_str()).collect();
+                    return Err(CoreError::Model {
+                        model: model.to_string(),
+                        reason: format!("unknown provider {:?}; known: {}", model.provider, known.join(", ")),
+                    });
+                }
+            }
+        };
+        let resolved = factory(model)?;
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(model.clone(), resolved.clone());
+        Ok(resolved)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_names_parse() {
+        assert_eq!(
+            Models::parse("openai/gpt-4o").unwrap(),
+            ModelRef {
+                provider: "openai".into(),
+                model: "gpt-4o".into()
+            }
+        );
+        assert_eq!(Models::parse("scripted:/a/b.json").unwrap().model, "/a/b.json");
+        assert!(Models::parse("gpt-4o").is_err());
+        assert!(Models::parse("scripted:").is_err());
+    }
+
+    #[test]
+    fn unknown_providers_are_named() {
+        let m = Models::new();
+        let err = m
+            .resolve(&ModelRef {
+                provider: "nope".into(),
+                model: "x".into(),
+            })
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("unknown provider \"nope\"; known: scripted"), "{err}");
+    }
+}

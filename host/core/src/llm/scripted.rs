@@ -1,0 +1,460 @@
+//! The scripted provider: replays a cassette, one turn per model request.
+//!
+//! A cassette is a JSON file:
+//!
+//! ```json
+//! {
+//!   "record": "requests.jsonl",
+//!   "turns": [
+//!     {"tool_calls": [{"id": "call_1", "name": "read", "arguments": {"filePath": "package.json"}}]},
+//!     {"text": "The scripts are build and test.", "usage": {"input": 120, "output": 9}}
+//!   ]
+//! }
+//! ```
+//!
+//! Each turn may have `text`, `reasoning`, `tool_calls` (with `arguments` as
+//! JSON, or `arguments_raw` as the exact text the model would stream, valid
+//! JSON or not), `finish_reason` (default `tool-calls` when there are tool
+//! calls, else `stop`), `usage`, `delay_ms` (wait before the step starts) and
+//! `error` (fail this request instead: `{"kind": "rate-limited", "message":
+//! "...", "retry_after_ms": 10}`).
+//!
+//! Every request received is kept (see [`ScriptedProvider::requests`]) and,
+//! when `record` names a file (relative to the cassette) or
+//! `WARDEN_SCRIPTED_RECORD` is set, appended to it as a JSON line, so a test
+//! can assert what the model was shown.
+//!
+//! The place in the cassette is per session. A fresh process starts at the
+//! request's `prior_turns` (the model steps the ledger says already began),
+//! so a resumed session continues where the killed one stopped.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::Value;
+use warden_protocol::llm::ErrorKind;
+use warden_protocol::{FinishReason, LlmEvent, LlmRequest, ModelRef, ProviderError, SessionId, Usage};
+
+use super::{EventStream, ModelInfo, Prices, Provider, ResolvedModel};
+use crate::error::{CoreError, Result};
+
+/// A parsed cassette.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cassette {
+    pub turns: Vec<Turn>,
+    /// Where to append the requests received, relative to the cassette.
+    #[serde(default)]
+    pub record: Option<String>,
+    /// The context window to report for this model (no overflow check when absent).
+    #[serde(default)]
+    pub context_limit: Option<u64>,
+}
+
+/// What the model streams for one request.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Turn {
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub reasoning: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Vec<ScriptedCall>,
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+    #[serde(default)]
+    pub usage: Option<ScriptedUsage>,
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
+    #[serde(default)]
+    pub error: Option<ScriptedError>,
+}
+
+/// One tool call of a turn.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedCall {
+    pub id: String,
+    pub name: String,
+    #[serde(default)]
+    pub arguments: Option<Value>,
+    #[serde(default)]
+    pub arguments_raw: Option<String>,
+}
+
+/// Token usage of a turn.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedUsage {
+    #[serde(default)]
+    pub input: u64,
+    #[serde(default)]
+    pub output: u64,
+    #[serde(default)]
+    pub reasoning: u64,
+    #[serde(default)]
+    pub cache_read: u64,
+    #[serde(default)]
+    pub cache_write: u64,
+}
+
+/// A failure to play instead of a response.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedError {
+    pub kind: ErrorKind,
+    pub message: String,
+    #[serde(default)]
+    pub status: Option<u16>,
+    #[serde(default)]
+    pub retry_after_ms: Option<u64>,
+}
+
+impl Cassette {
+    /// Read and check a cassette file. Errors say which turn and field is wrong.
+    pub fn load(path: &Path) -> std::result::Result<Cassette, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Parse and check cassette text.
+    pub fn parse(text: &str) -> std::result::Result<Cassette, String> {
+        let c: Cassette = serde_json::from_str(text).map_err(|e| {
+            format!("not a valid cassette ({e}); expected {{\"turns\": [{{\"text\": ...}} or {{\"tool_calls\": [...]}}]}}")
+        })?;
+        for (i, t) in c.turns.iter().enumerate() {
+            let n = i + 1;
+            if let Some(r) = &t.finish_reason {
+                finish_reason(r).map_err(|e| format!("turn {n}: {e}"))?;
+            }
+            for call in &t.tool_calls {
+                if call.id.is_empty() || call.name.is_empty() {
+                    return Err(format!("turn {n}: every tool call needs a non-empty \"id\" and \"name\""));
+                }
+                if call.arguments.is_some() && call.arguments_raw.is_some() {
+                    return Err(format!(
+                        "turn {n}, call {}: give \"arguments\" or \"arguments_raw\", not both",
+                        call.id
+                    ));
+                }
+            }
+            if t.error.is_none() && t.text.is_none() && t.reasoning.is_none() && t.tool_calls.is_empty() {
+                return Err(format!("turn {n} is empty: give it \"text\", \"tool_calls\" or \"error\""));
+            }
+        }
+        Ok(c)
+    }
+}
+
+fn finish_reason(s: &str) -> std::result::Result<FinishReason, String> {
+    Ok(match s {
+        "stop" | "end_turn" => FinishReason::Stop,
+        "tool-calls" | "tool_calls" | "tool_use" => FinishReason::ToolCalls,
+        "length" | "max_tokens" => FinishReason::Length,
+        "content-filter" | "content_filter" => FinishReason::ContentFilter,
+        "error" => FinishReason::Error,
+        "other" => FinishReason::Other,
+        "unknown" => FinishReason::Unknown,
+        other => return Err(format!("unknown finish_reason {other:?}; use stop, tool-calls, length, content-filter")),
+    })
+}
+
+/// Replays a cassette.
+pub struct ScriptedProvider {
+    path: PathBuf,
+    cassette: Cassette,
+    record: Option<PathBuf>,
+    next: Mutex<HashMap<SessionId, u32>>,
+    requests: Mutex<Vec<LlmRequest>>,
+}
+
+impl ScriptedProvider {
+    /// Load the cassette at `path`.
+    pub fn load(path: &Path) -> std::result::Result<ScriptedProvider, String> {
+        let cassette = Cassette::load(path)?;
+        let record = match std::env::var_os("WARDEN_SCRIPTED_RECORD") {
+            Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
+            _ => cassette
+                .record
+                .as_ref()
+                .map(|r| path.parent().unwrap_or(Path::new(".")).join(r)),
+        };
+        Ok(ScriptedProvider {
+            path: path.to_path_buf(),
+            cassette,
+            record,
+            next: Mutex::new(HashMap::new()),
+            requests: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<LlmRequest> {
+        self.requests.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn take_turn(&self, request: &LlmRequest) -> u32 {
+        let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = next.entry(request.session_id.clone()).or_insert(request.prior_turns);
+        let turn = *slot;
+        *slot += 1;
+        turn
+    }
+
+    fn record(&self, request: &LlmRequest) -> std::result::Result<(), ProviderError> {
+        self.requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(request.clone());
+        if let Some(path) = &self.record {
+            let line = serde_json::to_string(request)
+                .map_err(|e| ProviderError::new(ErrorKind::Other, format!("cannot record the request: {e}")))?;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| ProviderError::new(ErrorKind::Other, format!("cannot record to {}: {e}", path.display())))?;
+            writeln!(f, "{line}")
+                .and_then(|_| f.flush())
+                .map_err(|e| ProviderError::new(ErrorKind::Other, format!("cannot record to {}: {e}", path.display())))?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for ScriptedProvider {
+    async fn stream(&self, request: LlmRequest) -> std::result::Result<EventStream, ProviderError> {
+        self.record(&request)?;
+        let index = self.take_turn(&request);
+        let Some(turn) = self.cassette.turns.get(index as usize).cloned() else {
+            return Err(ProviderError::new(
+                ErrorKind::Other,
+                format!(
+                    "the cassette {} has {} turns and this is request {} of the session; add a turn or check the conversation",
+                    self.path.display(),
+                    self.cassette.turns.len(),
+                    index + 1
+                ),
+            ));
+        };
+        if let Some(e) = &turn.error {
+            return Err(ProviderError {
+                kind: e.kind,
+                message: e.message.clone(),
+                status: e.status,
+                retry_after_ms: e.retry_after_ms,
+            });
+        }
+        let events = turn_events(&turn, index, &request);
+        let delay = turn.delay_ms.unwrap_or(0);
+        let stream = futures::stream::once(async move {
+            if delay > 0 {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+            }
+            futures::stream::iter(events)
+        })
+        .flatten();
+        Ok(Box::pin(stream))
+    }
+}
+
+/// The events a turn streams, as a real provider would send them.
+fn turn_events(turn: &Turn, index: u32, request: &LlmRequest) -> Vec<LlmEvent> {
+    let mut ev = vec![LlmEvent::Start, LlmEvent::StartStep];
+    if let Some(r) = &turn.reasoning {
+        let id = format!("r{index}");
+        ev.push(LlmEvent::ReasoningStart { id: id.clone() });
+        for chunk in chunks(r) {
+            ev.push(LlmEvent::ReasoningDelta {
+                id: id.clone(),
+                text: chunk.to_string(),
+            });
+        }
+        ev.push(LlmEvent::ReasoningEnd { id, metadata: None });
+    }
+    if let Some(t) = &turn.text {
+        let id = format!("t{index}");
+        ev.push(LlmEvent::TextStart { id: id.clone() });
+        for chunk in chunks(t) {
+            ev.push(LlmEvent::TextDelta {
+                id: id.clone(),
+                text: chunk.to_string(),
+            });
+        }
+        ev.push(LlmEvent::TextEnd { id });
+    }
+    for call in &turn.tool_calls {
+        let raw = match (&call.arguments_raw, &call.arguments) {
+            (Some(raw), _) => raw.clone(),
+            (None, Some(v)) => v.to_string(),
+            (None, None) => "{}".to_string(),
+        };
+        ev.push(LlmEvent::ToolInputStart {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+        });
+        ev.push(LlmEvent::ToolInputDelta {
+            call_id: call.id.clone(),
+            delta: raw.clone(),
+        });
+        ev.push(LlmEvent::ToolInputEnd { call_id: call.id.clone() });
+        ev.push(LlmEvent::ToolCall {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            input: raw,
+            provider_executed: false,
+        });
+    }
+    let reason = match &turn.finish_reason {
+        Some(r) => finish_reason(r).unwrap_or(FinishReason::Unknown),
+        None if !turn.tool_calls.is_empty() => FinishReason::ToolCalls,
+        None => FinishReason::Stop,
+    };
+    let usage = match &turn.usage {
+        Some(u) => Usage {
+            input: u.input,
+            output: u.output,
+            reasoning: u.reasoning,
+            cache_read: u.cache_read,
+            cache_write: u.cache_write,
+            raw: None,
+        },
+        None => estimate_usage(turn, request),
+    };
+    ev.push(LlmEvent::FinishStep {
+        reason,
+        raw_reason: turn.finish_reason.clone(),
+        usage: usage.clone(),
+    });
+    ev.push(LlmEvent::Finish { reason, usage });
+    ev
+}
+
+/// Split text the way a model streams it: a few words at a time.
+fn chunks(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut words = 0;
+    for (i, c) in text.char_indices() {
+        if c == ' ' || c == '\n' {
+            words += 1;
+            if words == 3 {
+                out.push(&text[start..=i]);
+                start = i + 1;
+                words = 0;
+            }
+        }
+    }
+    if start < text.len() {
+        out.push(&text[start..]);
+    }
+    out
+}
+
+/// About four characters a token, so step-finish parts carry plausible numbers.
+fn estimate_usage(turn: &Turn, request: &LlmRequest) -> Usage {
+    let mut input_chars: usize = request.system.iter().map(|s| s.len()).sum();
+    for m in &request.messages {
+        input_chars += serde_json::to_string(m).map(|s| s.len()).unwrap_or(0);
+    }
+    let output_chars = turn.text.as_ref().map_or(0, |t| t.len())
+        + turn.reasoning.as_ref().map_or(0, |t| t.len())
+        + turn
+            .tool_calls
+            .iter()
+            .map(|c| c.name.len() + c.arguments.as_ref().map_or(0, |a| a.to_string().len()))
+            .sum::<usize>();
+    Usage {
+        input: input_chars.div_ceil(4) as u64,
+        output: output_chars.div_ceil(4) as u64,
+        reasoning: turn.reasoning.as_ref().map_or(0, |t| t.len().div_ceil(4) as u64),
+        ..Usage::default()
+    }
+}
+
+/// The `scripted` provider factory: `scripted:PATH`.
+pub fn resolve(model: &ModelRef) -> Result<ResolvedModel> {
+    let path = PathBuf::from(&model.model);
+    let provider = ScriptedProvider::load(&path).map_err(|reason| CoreError::Model {
+        model: model.to_string(),
+        reason,
+    })?;
+    let context_limit = provider.cassette.context_limit;
+    Ok(ResolvedModel {
+        info: ModelInfo {
+            reference: model.clone(),
+            context_limit,
+            output_limit: None,
+            prices: Prices::default(),
+        },
+        provider: Arc::new(provider),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_cassettes_say_what_is_wrong() {
+        assert!(Cassette::parse("{").unwrap_err().contains("not a valid cassette"));
+        assert!(Cassette::parse(r#"{"turns": [{}]}"#).unwrap_err().contains("turn 1 is empty"));
+        assert!(
+            Cassette::parse(r#"{"turns": [{"text": "a", "finish_reason": "done"}]}"#)
+                .unwrap_err()
+                .contains("unknown finish_reason \"done\"")
+        );
+        assert!(Cassette::parse(r#"{"turns": [{"txt": "a"}]}"#).unwrap_err().contains("unknown field `txt`"));
+        assert!(
+            Cassette::parse(r#"{"turns": [{"tool_calls": [{"id": "", "name": "read"}]}]}"#)
+                .unwrap_err()
+                .contains("non-empty")
+        );
+    }
+
+    #[test]
+    fn text_streams_in_chunks_that_add_up() {
+        let t = "one two three four five six seven";
+        let c = chunks(t);
+        assert!(c.len() > 1);
+        assert_eq!(c.concat(), t);
+    }
+
+    #[test]
+    fn a_turn_with_a_call_but_stop_keeps_stop() {
+        let turn = Turn {
+            tool_calls: vec![ScriptedCall {
+                id: "c".into(),
+                name: "read".into(),
+                arguments: Some(serde_json::json!({"filePath": "a"})),
+                arguments_raw: None,
+            }],
+            finish_reason: Some("stop".into()),
+            ..Turn::default()
+        };
+        let req = LlmRequest {
+            session_id: "s".into(),
+            prior_turns: 0,
+            model: "m".into(),
+            system: vec![],
+            messages: vec![],
+            tools: vec![],
+            max_output_tokens: None,
+        };
+        let ev = turn_events(&turn, 0, &req);
+        assert!(ev.contains(&LlmEvent::ToolCall {
+            call_id: "c".into(),
+            name: "read".into(),
+            input: r#"{"filePath":"a"}"#.into(),
+            provider_executed: false
+        }));
+        assert!(matches!(ev[ev.len() - 2], LlmEvent::FinishStep { reason: FinishReason::Stop, .. }));
+    }
+}

@@ -1,0 +1,240 @@
+//! Questions to whoever is attached (a terminal, an HTTP client).
+//!
+//! A front end that can answer calls [`Permissions::attach`] and keeps the
+//! guard while it listens for `permission.asked` events; it answers with
+//! [`Permissions::reply`]. With nobody attached, a question is a denial: the
+//! host never waits for an answer that cannot come.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use warden_protocol::{Action, Event, PermissionReply, PermissionRequest, Rule, SessionId};
+
+use crate::ledger::{Ledger, id};
+
+struct Pending {
+    request: PermissionRequest,
+    tx: oneshot::Sender<PermissionReply>,
+}
+
+struct Inner {
+    ledger: Ledger,
+    attached: AtomicUsize,
+    pending: Mutex<HashMap<String, Pending>>,
+}
+
+/// The question service. Cheap to clone.
+#[derive(Clone)]
+pub struct Permissions {
+    inner: Arc<Inner>,
+}
+
+/// Keeps a front end counted as attached until dropped.
+pub struct AttachGuard {
+    inner: Arc<Inner>,
+}
+
+impl Drop for AttachGuard {
+    fn drop(&mut self) {
+        self.inner.attached.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Permissions {
+    pub fn new(ledger: Ledger) -> Self {
+        Permissions {
+            inner: Arc::new(Inner {
+                ledger,
+                attached: AtomicUsize::new(0),
+                pending: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Count the caller as someone who answers questions, until the guard drops.
+    pub fn attach(&self) -> AttachGuard {
+        self.inner.attached.fetch_add(1, Ordering::SeqCst);
+        AttachGuard {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Whether anyone can answer.
+    pub fn is_attached(&self) -> bool {
+        self.inner.attached.load(Ordering::SeqCst) > 0
+    }
+
+    /// Ask and wait for the answer. `Reject` at once when nobody is attached
+    /// or when `cancel` fires.
+    pub async fn ask(&self, mut request: PermissionRequest, cancel: &CancellationToken) -> PermissionReply {
+        if request.id.is_empty() {
+            request.id = id::ascending("per");
+        }
+        let bus = self.inner.ledger.bus().clone();
+        let session_id = request.session_id.clone();
+        let request_id = request.id.clone();
+        if !self.is_attached() {
+            bus.publish(Event::PermissionAsked { request });
+            bus.publish(Event::PermissionReplied {
+                session_id,
+                request_id,
+                reply: PermissionReply::Reject,
+            });
+            return PermissionReply::Reject;
+        }
+        let (tx, rx) = oneshot::channel();
+        self.lock().insert(
+            request.id.clone(),
+            Pending {
+                request: request.clone(),
+                tx,
+            },
+        );
+        bus.publish(Event::PermissionAsked { request });
+        let reply = tokio::select! {
+            r = rx => r.unwrap_or(PermissionReply::Reject),
+            _ = cancel.cancelled() => {
+                self.lock().remove(&request_id);
+                PermissionReply::Reject
+            }
+        };
+        reply
+    }
+
+    /// Answer a pending question. `Always` also adds session rules allowing
+    /// the request's `always` patterns, and settles other pending questions
+    /// of the session that those rules now allow.
+    pub fn reply(&self, request_id: &str, reply: PermissionReply) -> Result<(), String> {
+        let Some(p) = self.lock().remove(request_id) else {
+            return Err(format!("no pending permission request {request_id}"));
+        };
+        let session_id = p.request.session_id.clone();
+        let _ = p.tx.send(reply);
+        self.inner.ledger.bus().publish(Event::PermissionReplied {
+            session_id: session_id.clone(),
+            request_id: request_id.to_string(),
+            reply,
+        });
+        if reply == PermissionReply::Always {
+            let added: Vec<Rule> = p
+                .request
+                .always
+                .iter()
+                .map(|pattern| Rule {
+                    permission: p.request.permission.clone(),
+                    pattern: pattern.clone(),
+                    action: Action::Allow,
+                })
+                .collect();
+            self.allow_for_session(&session_id, added)?;
+        }
+        Ok(())
+    }
+
+    fn allow_for_session(&self, session_id: &SessionId, added: Vec<Rule>) -> Result<(), String> {
+        let ledger = &self.inner.ledger;
+        let mut session = ledger.session(session_id).map_err(|e| e.to_string())?;
+        session.permission.extend(added);
+        let session = ledger
+            .set_session_permission(session_id, &session.permission)
+            .map_err(|e| e.to_string())?;
+        let settled: Vec<String> = self
+            .lock()
+            .values()
+            .filter(|q| &q.request.session_id == session_id)
+            .filter(|q| {
+                super::evaluate_all(&q.request.permission, &q.request.patterns, &[&session.permission]).action
+                    == Action::Allow
+            })
+            .map(|q| q.request.id.clone())
+            .collect();
+        for id in settled {
+            self.reply(&id, PermissionReply::Once)?;
+        }
+        Ok(())
+    }
+
+    /// Questions waiting for an answer, optionally of one session.
+    pub fn pending(&self, session: Option<&SessionId>) -> Vec<PermissionRequest> {
+        let mut out: Vec<PermissionRequest> = self
+            .lock()
+            .values()
+            .filter(|p| session.is_none_or(|s| &p.request.session_id == s))
+            .map(|p| p.request.clone())
+            .collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
+        self.inner.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bus::Bus;
+    use serde_json::json;
+
+    fn request(session: &SessionId) -> PermissionRequest {
+        PermissionRequest {
+            id: String::new(),
+            session_id: session.clone(),
+            permission: "edit".into(),
+            patterns: vec!["a.txt".into()],
+            always: vec!["*".into()],
+            metadata: json!({}),
+            call_id: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn nobody_attached_means_reject() {
+        let ledger = Ledger::in_memory(Bus::new()).unwrap();
+        let s = ledger.create_session("/w", "t").unwrap();
+        let p = Permissions::new(ledger.clone());
+        let mut events = ledger.bus().subscribe();
+        assert_eq!(p.ask(request(&s.id), &CancellationToken::new()).await, PermissionReply::Reject);
+        assert!(matches!(&*events.recv().await.unwrap(), Event::PermissionAsked { .. }));
+        assert!(matches!(
+            &*events.recv().await.unwrap(),
+            Event::PermissionReplied { reply: PermissionReply::Reject, .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn an_attached_answer_is_delivered_and_always_adds_a_rule() {
+        let ledger = Ledger::in_memory(Bus::new()).unwrap();
+        let s = ledger.create_session("/w", "t").unwrap();
+        let p = Permissions::new(ledger.clone());
+        let _guard = p.attach();
+        let mut events = ledger.bus().subscribe();
+        let asker = {
+            let p = p.clone();
+            let s = s.id.clone();
+            tokio::spawn(async move { p.ask(request(&s), &CancellationToken::new()).await })
+        };
+        let id = loop {
+            if let Event::PermissionAsked { request } = &*events.recv().await.unwrap() {
+                break request.id.clone();
+            }
+        };
+        assert_eq!(p.pending(Some(&s.id)).len(), 1);
+        p.reply(&id, PermissionReply::Always).unwrap();
+        assert_eq!(asker.await.unwrap(), PermissionReply::Always);
+        let session = ledger.session(&s.id).unwrap();
+        assert_eq!(
+            session.permission,
+            vec![Rule {
+                permission: "edit".into(),
+                pattern: "*".into(),
+                action: Action::Allow
+            }]
+        );
+        assert!(p.reply(&id, PermissionReply::Once).is_err(), "answered questions are gone");
+    }
+}

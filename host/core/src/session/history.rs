@@ -1,0 +1,302 @@
+//! Reading the ledger the way the loop needs it: the history after the last
+//! compaction, the latest messages by id, and the conversation a model is
+//! shown, with every tool call paired with a result.
+
+use warden_protocol::llm::{AssistantContent, ToolResultContent, UserContent};
+use warden_protocol::{AssistantInfo, ChatMessage, MessageInfo, MessageWithParts, Part, PartBody, ToolState, UserInfo};
+
+/// The latest user, assistant and finished assistant messages, by id.
+#[derive(Debug, Default)]
+pub struct Latest<'a> {
+    pub user: Option<&'a UserInfo>,
+    pub assistant: Option<&'a MessageWithParts>,
+    pub finished: Option<&'a AssistantInfo>,
+}
+
+/// Find the latest messages by id, never by position: compaction reorders
+/// what the model sees, so the array order is not the time order.
+pub fn latest(msgs: &[MessageWithParts]) -> Latest<'_> {
+    let mut l = Latest::default();
+    for m in msgs {
+        match &m.info {
+            MessageInfo::User(u) => {
+                if l.user.is_none_or(|x| x.id < u.id) {
+                    l.user = Some(u);
+                }
+            }
+            MessageInfo::Assistant(a) => {
+                if l.assistant.is_none_or(|x| x.info.id() < &a.id) {
+                    l.assistant = Some(m);
+                }
+                if a.finish.is_some() && l.finished.is_none_or(|x| x.id < a.id) {
+                    l.finished = Some(a);
+                }
+            }
+        }
+    }
+    l
+}
+
+/// The assistant header of a message, if it is one.
+pub fn assistant(m: &MessageWithParts) -> Option<&AssistantInfo> {
+    match &m.info {
+        MessageInfo::Assistant(a) => Some(a),
+        MessageInfo::User(_) => None,
+    }
+}
+
+/// A tool part that cleanup ended (stream cut, abort, crash).
+pub fn is_interrupted_orphan(p: &Part) -> bool {
+    matches!(&p.body, PartBody::Tool { state, .. } if state.is_interrupted())
+}
+
+/// Tool calls whose results the model has not seen yet: tool parts run by
+/// warden (not the provider), leaving out interrupted orphans.
+pub fn has_open_tool_calls(m: &MessageWithParts) -> bool {
+    m.parts.iter().any(|p| {
+        matches!(&p.body, PartBody::Tool { provider_executed: false, .. }) && !is_interrupted_orphan(p)
+    })
+}
+
+/// The history the model may see: everything from the last completed
+/// compaction on (the compaction's user message and its summary included).
+pub fn since_compaction(msgs: Vec<MessageWithParts>) -> Vec<MessageWithParts> {
+    // A compaction is complete when a finished summary answers its user message.
+    let mut start = 0;
+    for (i, m) in msgs.iter().enumerate() {
+        let is_compaction = matches!(&m.info, MessageInfo::User(_))
+            && m.parts.iter().any(|p| matches!(p.body, PartBody::Compaction { .. }));
+        if !is_compaction {
+            continue;
+        }
+        let summarised = msgs[i + 1..].iter().any(|a| match &m.info {
+            MessageInfo::User(u) => assistant(a)
+                .is_some_and(|a| a.parent_id == u.id && a.summary && a.finish.is_some() && a.error.is_none()),
+            MessageInfo::Assistant(_) => false,
+        });
+        if summarised {
+            start = i;
+        }
+    }
+    let mut msgs = msgs;
+    msgs.drain(..start);
+    msgs
+}
+
+/// Convert the ledger to the conversation a provider is sent. Every tool call
+/// is followed by its result: completed parts by their output, errors and
+/// interrupted calls by an error result, so no call is left unpaired.
+pub fn to_chat(msgs: &[MessageWithParts]) -> Vec<ChatMessage> {
+    let mut out = Vec::new();
+    for m in msgs {
+        match &m.info {
+            MessageInfo::User(_) => {
+                let content: Vec<UserContent> = m
+                    .parts
+                    .iter()
+                    .filter_map(|p| match &p.body {
+                        PartBody::Text { text, .. } if !text.is_empty() => Some(UserContent::Text { text: text.clone() }),
+                        PartBody::Compaction { .. } => Some(UserContent::Text {
+                            text: "What did we do so far?".into(),
+                        }),
+                        _ => None,
+                    })
+                    .collect();
+                if !content.is_empty() {
+                    out.push(ChatMessage::User { content });
+                }
+            }
+            MessageInfo::Assistant(_) => {
+                let mut content = Vec::new();
+                let mut results = Vec::new();
+                for p in &m.parts {
+                    match &p.body {
+                        PartBody::Text { text, .. } if !text.is_empty() => {
+                            content.push(AssistantContent::Text { text: text.clone() })
+                        }
+                        PartBody::Reasoning { text, metadata, .. } if !text.is_empty() || metadata.is_some() => {
+                            content.push(AssistantContent::Reasoning {
+                                text: text.clone(),
+                                metadata: metadata.clone(),
+                            })
+                        }
+                        PartBody::Tool {
+                            call_id,
+                            tool,
+                            state,
+                            provider_executed: false,
+                        } => {
+                            content.push(AssistantContent::ToolCall {
+                                call_id: call_id.clone(),
+                                name: tool.clone(),
+                                input: state.input().clone(),
+                            });
+                            results.push(result_of(call_id, tool, state));
+                        }
+                        _ => {}
+                    }
+                }
+                if !content.is_empty() {
+                    out.push(ChatMessage::Assistant { content });
+                }
+                if !results.is_empty() {
+                    out.push(ChatMessage::Tool { content: results });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn result_of(call_id: &str, tool: &str, state: &ToolState) -> ToolResultContent {
+    let (output, is_error) = match state {
+        ToolState::Completed { output, .. } => (output.clone(), false),
+        ToolState::Error {
+            error,
+            interrupted: true,
+            ..
+        } => (format!("The tool call was interrupted before it finished: {error}"), true),
+        ToolState::Error { error, .. } => (format!("Error: {error}"), true),
+        ToolState::Pending { .. } | ToolState::Running { .. } => {
+            ("The tool call was interrupted before it finished.".to_string(), true)
+        }
+    };
+    ToolResultContent {
+        call_id: call_id.to_string(),
+        name: tool.to_string(),
+        output,
+        is_error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use warden_protocol::{MessageId, ModelRef, SessionId};
+
+    fn user(id: &str) -> MessageWithParts {
+        MessageWithParts {
+            info: MessageInfo::User(UserInfo {
+                id: MessageId(id.into()),
+                session_id: SessionId("s".into()),
+                created: 0,
+                agent: "build".into(),
+                model: ModelRef {
+                    provider: "scripted".into(),
+                    model: "x".into(),
+                },
+            }),
+            parts: vec![text(id, "hello")],
+        }
+    }
+
+    fn text(msg: &str, t: &str) -> Part {
+        Part {
+            id: format!("prt_{msg}_{t}").into(),
+            session_id: "s".into(),
+            message_id: msg.into(),
+            body: PartBody::Text {
+                text: t.into(),
+                synthetic: false,
+                time: None,
+            },
+        }
+    }
+
+    fn assistant_msg(id: &str, parent: &str, parts: Vec<Part>) -> MessageWithParts {
+        MessageWithParts {
+            info: MessageInfo::Assistant(AssistantInfo {
+                id: MessageId(id.into()),
+                session_id: SessionId("s".into()),
+                parent_id: MessageId(parent.into()),
+                agent: "build".into(),
+                model: ModelRef {
+                    provider: "scripted".into(),
+                    model: "x".into(),
+                },
+                created: 0,
+                completed: Some(1),
+                finish: Some(warden_protocol::FinishReason::Stop),
+                tokens: Default::default(),
+                cost: 0.0,
+                error: None,
+                summary: false,
+            }),
+            parts,
+        }
+    }
+
+    fn tool(msg: &str, call: &str, state: ToolState) -> Part {
+        Part {
+            id: format!("prt_{msg}_{call}").into(),
+            session_id: "s".into(),
+            message_id: msg.into(),
+            body: PartBody::Tool {
+                call_id: call.into(),
+                tool: "read".into(),
+                state,
+                provider_executed: false,
+            },
+        }
+    }
+
+    #[test]
+    fn latest_is_by_id_not_position() {
+        let msgs = vec![user("msg_3"), assistant_msg("msg_2", "msg_1", vec![]), user("msg_1")];
+        let l = latest(&msgs);
+        assert_eq!(l.user.unwrap().id.as_str(), "msg_3");
+        assert_eq!(l.assistant.unwrap().info.id().as_str(), "msg_2");
+        assert_eq!(l.finished.unwrap().id.as_str(), "msg_2");
+    }
+
+    #[test]
+    fn every_call_is_paired_with_a_result() {
+        let running = ToolState::pending().start(json!({"filePath": "a"}), 1).unwrap();
+        let done = running.complete(json!({"filePath": "a"}), "1\tx".into(), "a".into(), json!({}), 2).unwrap();
+        let failed = running.fail("no such file".into(), None, 2).unwrap();
+        let cut = running.interrupt("the process stopped", 3).unwrap();
+        let msgs = vec![
+            user("msg_1"),
+            assistant_msg(
+                "msg_2",
+                "msg_1",
+                vec![tool("msg_2", "c1", done), tool("msg_2", "c2", failed), tool("msg_2", "c3", cut), tool("msg_2", "c4", running)],
+            ),
+        ];
+        let chat = to_chat(&msgs);
+        assert_eq!(chat.len(), 3);
+        let ChatMessage::Tool { content } = &chat[2] else { panic!("{chat:?}") };
+        let summary: Vec<(&str, bool, &str)> =
+            content.iter().map(|r| (r.call_id.as_str(), r.is_error, r.output.as_str())).collect();
+        assert_eq!(
+            summary,
+            vec![
+                ("c1", false, "1\tx"),
+                ("c2", true, "Error: no such file"),
+                ("c3", true, "The tool call was interrupted before it finished: the process stopped"),
+                ("c4", true, "The tool call was interrupted before it finished."),
+            ]
+        );
+    }
+
+    #[test]
+    fn open_calls_ignore_interrupted_orphans() {
+        let cut = ToolState::pending().interrupt("stream ended", 1).unwrap();
+        let m = assistant_msg("msg_2", "msg_1", vec![tool("msg_2", "c1", cut)]);
+        assert!(!has_open_tool_calls(&m));
+        let done = ToolState::pending()
+            .start(json!({}), 1)
+            .unwrap()
+            .complete(json!({}), "x".into(), String::new(), json!({}), 2)
+            .unwrap();
+        let m = assistant_msg("msg_2", "msg_1", vec![tool("msg_2", "c1", done)]);
+        assert!(has_open_tool_calls(&m));
+    }
+
+    #[test]
+    fn empty_assistant_messages_are_not_sent() {
+        let msgs = vec![user("msg_1"), assistant_msg("msg_2", "msg_1", vec![])];
+        assert_eq!(to_chat(&msgs).len(), 1);
+    }
+}

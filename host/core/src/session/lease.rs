@@ -1,0 +1,77 @@
+//! The runner lease: one runner per session across every process sharing a
+//! ledger. The holder id names the host, process id and process start time,
+//! so a process on the same host can tell at once that a holder died (a
+//! SIGKILLed run) instead of waiting for the lease to expire; holders on
+//! other hosts are trusted until expiry.
+
+use std::sync::OnceLock;
+
+/// This process's holder id: `host:pid:start:nonce`.
+pub fn holder_id() -> String {
+    static NONCE: OnceLock<u64> = OnceLock::new();
+    let nonce = *NONCE.get_or_init(rand::random::<u64>);
+    format!("{}:{}:{}:{nonce:x}", hostname(), std::process::id(), start_time(std::process::id()).unwrap_or(0))
+}
+
+/// Whether `holder` was a process on this host that is no longer running.
+pub fn holder_is_dead(holder: &str) -> bool {
+    let mut parts = holder.split(':');
+    let (Some(host), Some(pid), Some(start)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
+        return false;
+    };
+    if host != hostname() || pid == std::process::id() {
+        return false;
+    }
+    if !cfg!(target_os = "linux") {
+        return false;
+    }
+    match start_time(pid) {
+        // No such process, or the pid now belongs to a younger process.
+        None => true,
+        Some(now) => start != 0 && now != start,
+    }
+}
+
+fn hostname() -> String {
+    static HOST: OnceLock<String> = OnceLock::new();
+    HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+            .map(|s| s.trim().replace(':', "_"))
+            .ok()
+            .filter(|s| !s.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "localhost".into())
+    })
+    .clone()
+}
+
+/// The process's start time in clock ticks since boot (Linux), field 22 of
+/// `/proc/PID/stat`; `None` if there is no such process.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let after = stat.rsplit_once(')')?.1;
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_a_vanished_one_is_dead() {
+        let me = holder_id();
+        assert!(!holder_is_dead(&me));
+        let host = hostname();
+        if cfg!(target_os = "linux") {
+            // pid_max is at most 2^22, so this pid cannot exist.
+            assert!(holder_is_dead(&format!("{host}:4194305:123:0")));
+        }
+        assert!(!holder_is_dead("elsewhere:1:2:3"), "other hosts are trusted until expiry");
+        assert!(!holder_is_dead("garbage"));
+    }
+}

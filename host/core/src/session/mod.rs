@@ -1,0 +1,306 @@
+//! Sessions: `prompt` → `run` (one runner per session) → [`run_loop`] →
+//! [`processor`]. The loop re-reads the ledger every round; the processor
+//! turns one model stream into parts.
+
+pub mod history;
+pub mod lease;
+pub mod processor;
+pub mod run_loop;
+pub mod runner;
+pub mod status;
+pub mod system;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use warden_protocol::{
+    Action, MessageId, MessageInfo, MessageWithParts, ModelRef, Part, PartBody, Rule, SessionId, SessionInfo,
+    SessionStatus, UserInfo,
+};
+
+use crate::agent::Agents;
+use crate::bus::Bus;
+use crate::clock::now_ms;
+use crate::config::Config;
+use crate::error::{CoreError, Result};
+use crate::ledger::{Ledger, PartWrite, id};
+use crate::llm::retry::RetryPolicy;
+use crate::llm::{ModelResolver, Models};
+use crate::permission::Permissions;
+use crate::tool::ToolHost;
+use runner::Runners;
+use status::StatusBoard;
+
+/// What a user sends.
+#[derive(Debug, Clone, Default)]
+pub struct PromptInput {
+    pub session_id: SessionId,
+    pub text: String,
+    /// The agent (default: the config's default agent).
+    pub agent: Option<String>,
+    /// The model (default: the agent's, the config's, or the session's last).
+    pub model: Option<ModelRef>,
+    /// Per-prompt tool switches, kept as session rules (`true` allow, `false` deny).
+    pub tools: BTreeMap<String, bool>,
+    /// Only record the message; do not run the loop.
+    pub no_reply: bool,
+}
+
+/// Knobs that are not in the config file.
+#[derive(Debug, Clone)]
+pub struct CoreOptions {
+    /// How long a runner lease lasts without renewal.
+    pub lease_ttl: Duration,
+}
+
+impl Default for CoreOptions {
+    fn default() -> Self {
+        CoreOptions {
+            lease_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+pub(crate) struct CoreInner {
+    pub ledger: Ledger,
+    pub permissions: Permissions,
+    pub tools: Arc<dyn ToolHost>,
+    pub models: Arc<dyn ModelResolver>,
+    pub agents: Agents,
+    pub config: Config,
+    pub retry: RetryPolicy,
+    pub runners: Runners,
+    pub status: StatusBoard,
+    pub holder: String,
+    pub options: CoreOptions,
+}
+
+/// The agent core. Cheap to clone.
+#[derive(Clone)]
+pub struct Core {
+    pub(crate) inner: Arc<CoreInner>,
+}
+
+impl Core {
+    /// Assemble a core from a ledger, a tool host, a model resolver and a config.
+    pub fn new(
+        ledger: Ledger,
+        tools: Arc<dyn ToolHost>,
+        models: Arc<dyn ModelResolver>,
+        config: Config,
+        options: CoreOptions,
+    ) -> Result<Core> {
+        let agents = Agents::from_config(&config)?;
+        let retry = config.retry.unwrap_or_default();
+        Ok(Core {
+            inner: Arc::new(CoreInner {
+                permissions: Permissions::new(ledger.clone()),
+                status: StatusBoard::new(ledger.bus().clone()),
+                ledger,
+                tools,
+                models,
+                agents,
+                config,
+                retry,
+                runners: Runners::default(),
+                holder: lease::holder_id(),
+                options,
+            }),
+        })
+    }
+
+    pub fn ledger(&self) -> &Ledger {
+        &self.inner.ledger
+    }
+
+    pub fn bus(&self) -> &Bus {
+        self.inner.ledger.bus()
+    }
+
+    pub fn permissions(&self) -> &Permissions {
+        &self.inner.permissions
+    }
+
+    pub fn agents(&self) -> &Agents {
+        &self.inner.agents
+    }
+
+    pub fn tools(&self) -> &Arc<dyn ToolHost> {
+        &self.inner.tools
+    }
+
+    /// A session's status in this process.
+    pub fn status(&self, session: &SessionId) -> SessionStatus {
+        self.inner.status.get(session)
+    }
+
+    /// Start a session working in `directory` (which must exist).
+    pub fn create_session(&self, directory: &Path, title: &str) -> Result<SessionInfo> {
+        let dir = std::fs::canonicalize(directory).map_err(|e| {
+            CoreError::Config(format!("the working directory {} cannot be used: {e}", directory.display()))
+        })?;
+        if !dir.is_dir() {
+            return Err(CoreError::Config(format!("{} is not a directory", dir.display())));
+        }
+        let title: String = title.chars().take(80).collect();
+        self.inner.ledger.create_session(&dir.to_string_lossy(), &title)
+    }
+
+    /// Which model a prompt uses: its own, the agent's, the config's, or the
+    /// one the session used last.
+    fn choose_model(&self, input: &PromptInput, agent_model: Option<&ModelRef>) -> Result<ModelRef> {
+        if let Some(m) = &input.model {
+            return Ok(m.clone());
+        }
+        if let Some(m) = agent_model {
+            return Ok(m.clone());
+        }
+        if let Some(m) = &self.inner.config.model {
+            return Models::parse(m);
+        }
+        let msgs = self.inner.ledger.messages(&input.session_id)?;
+        if let Some(u) = history::latest(&msgs).user {
+            return Ok(u.model.clone());
+        }
+        Err(CoreError::Config(
+            "no model chosen: pass --model provider/model (or scripted:PATH), or set \"model\" in the config".into(),
+        ))
+    }
+
+    /// Record a user message and, unless `no_reply`, run the session until
+    /// the model has answered it. Returns the last assistant message (or the
+    /// user message with `no_reply`).
+    pub async fn prompt(&self, input: PromptInput) -> Result<MessageWithParts> {
+        let session = self.inner.ledger.session(&input.session_id)?;
+        let agent_name = input
+            .agent
+            .clone()
+            .unwrap_or_else(|| self.inner.agents.default_name().to_string());
+        let agent = self.inner.agents.get(&agent_name)?;
+        let model = self.choose_model(&input, agent.model.as_ref())?;
+        // Resolve before writing anything: a bad model or cassette leaves the ledger untouched.
+        self.inner.models.resolve(&model)?;
+        if input.text.trim().is_empty() {
+            return Err(CoreError::Config("the prompt is empty".into()));
+        }
+
+        let info = MessageInfo::User(UserInfo {
+            id: MessageId(id::ascending(MessageId::PREFIX)),
+            session_id: session.id.clone(),
+            created: now_ms(),
+            agent: agent.name.clone(),
+            model,
+        });
+        self.inner.ledger.put_message(&info)?;
+        let part = Part {
+            id: id::ascending("prt").into(),
+            session_id: session.id.clone(),
+            message_id: info.id().clone(),
+            body: PartBody::Text {
+                text: input.text.clone(),
+                synthetic: false,
+                time: None,
+            },
+        };
+        self.inner.ledger.put_part(&part, PartWrite::Changed)?;
+        self.inner.ledger.touch_session(&session.id)?;
+
+        if !input.tools.is_empty() {
+            let mut rules = session.permission.clone();
+            for (tool, on) in &input.tools {
+                let rule = Rule {
+                    permission: tool.clone(),
+                    pattern: "*".into(),
+                    action: if *on { Action::Allow } else { Action::Deny },
+                };
+                rules.retain(|r| !(r.permission == rule.permission && r.pattern == "*"));
+                rules.push(rule);
+            }
+            self.inner.ledger.set_session_permission(&session.id, &rules)?;
+        }
+
+        let user_id = info.id().clone();
+        if input.no_reply {
+            return Ok(MessageWithParts { info, parts: vec![part] });
+        }
+        // A run that was already ending when this message landed may not have
+        // seen it; run again until an answer to it exists.
+        let mut last = self.run(&session.id).await?;
+        for _ in 0..3 {
+            let msgs = self.inner.ledger.messages(&session.id)?;
+            let answered = msgs
+                .iter()
+                .filter_map(history::assistant)
+                .any(|a| a.id > user_id && a.completed.is_some());
+            if answered {
+                break;
+            }
+            last = self.run(&session.id).await?;
+        }
+        Ok(last)
+    }
+
+    /// Run the session's loop (joining the run already going, if any) and
+    /// return the last assistant message. Also the way to resume a session
+    /// from the ledger alone.
+    pub async fn run(&self, session: &SessionId) -> Result<MessageWithParts> {
+        self.inner.ledger.session(session)?;
+        let core = self.clone();
+        let id = session.clone();
+        self.inner
+            .runners
+            .ensure_running(session, move |cancel| async move { core.run_leased(&id, cancel).await })
+            .await
+            .map_err(|e| Arc::try_unwrap(e).unwrap_or_else(|shared| CoreError::Internal(shared.to_string())))
+    }
+
+    /// Cancel the session's run: the model stream and running guest calls
+    /// stop, and their tool parts end as interrupted. `false` if not running.
+    pub fn cancel(&self, session: &SessionId) -> bool {
+        self.inner.runners.cancel(session)
+    }
+
+    /// Take the lease, keep it fresh, run the loop, give it back.
+    async fn run_leased(&self, session: &SessionId, cancel: CancellationToken) -> Result<MessageWithParts> {
+        let ttl = self.inner.options.lease_ttl.as_millis() as i64;
+        let ledger = &self.inner.ledger;
+        let holder = &self.inner.holder;
+        if let Err(held) = ledger.acquire_lease(session, holder, ttl, lease::holder_is_dead)? {
+            return Err(CoreError::SessionBusy {
+                session: session.clone(),
+                holder: held.holder,
+            });
+        }
+        let heartbeat = {
+            let ledger = ledger.clone();
+            let holder = holder.clone();
+            let session = session.clone();
+            let cancel = cancel.clone();
+            let every = (self.inner.options.lease_ttl / 3).max(Duration::from_millis(50));
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    match ledger.renew_lease(&session, &holder, ttl) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::warn!(%session, "lost the runner lease to another process; stopping");
+                            cancel.cancel();
+                            return;
+                        }
+                        Err(e) => tracing::warn!(%session, error = %e, "could not renew the runner lease"),
+                    }
+                }
+            })
+        };
+        let result = run_loop::run(&self.inner, session, &cancel).await;
+        heartbeat.abort();
+        self.inner.status.set(session, SessionStatus::Idle);
+        if let Err(e) = ledger.release_lease(session, holder) {
+            tracing::warn!(%session, error = %e, "could not release the runner lease");
+        }
+        result
+    }
+}

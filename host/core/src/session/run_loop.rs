@@ -1,0 +1,188 @@
+//! `run_loop`: each round re-reads the ledger, decides whether the session
+//! is done, and if not asks the model once more through the processor.
+//!
+//! The exit rule: the latest assistant message is finished, newer than the
+//! latest user message, its finish reason is not `tool-calls`, and it holds
+//! no tool call whose result the model has not seen. A provider that says
+//! `stop` while it called a tool does not end the loop. Tool calls that
+//! cleanup interrupted are reported as a warning on exit, never used as the
+//! reason for another round.
+
+use tokio_util::sync::CancellationToken;
+use warden_protocol::llm::AssistantContent;
+use warden_protocol::{
+    AssistantInfo, ChatMessage, Event, FinishReason, LlmRequest, MessageError, MessageId, MessageInfo,
+    MessageWithParts, PartBody, SessionId, SessionInfo, SessionStatus, ToolSpec,
+};
+
+use super::history::{self, assistant};
+use super::processor::{Outcome, Processor};
+use super::{CoreInner, system};
+use crate::agent::Agent;
+use crate::clock::now_ms;
+use crate::error::{CoreError, Result};
+use crate::ledger::{PartWrite, id};
+use crate::permission;
+use crate::tool::ToolDef;
+
+/// Said of tool calls found open when a run starts: their process died.
+const STALE: &str = "the warden process running this call stopped before it finished";
+
+/// Run the session until the exit rule holds, the processor says stop, or
+/// the run is cancelled. Returns the last assistant message.
+pub(crate) async fn run(core: &CoreInner, session_id: &SessionId, cancel: &CancellationToken) -> Result<MessageWithParts> {
+    recover_stale(core, session_id)?;
+    loop {
+        if cancel.is_cancelled() {
+            break;
+        }
+        core.status.set(session_id, SessionStatus::Busy);
+        let session = core.ledger.session(session_id)?;
+        let msgs = history::since_compaction(core.ledger.messages(session_id)?);
+        let latest = history::latest(&msgs);
+        let Some(user) = latest.user.cloned() else {
+            return Err(CoreError::NoUserMessage(session_id.clone()));
+        };
+
+        if let Some(last) = latest.assistant
+            && let Some(info) = assistant(last)
+            && info.finish.is_some_and(|f| f != FinishReason::ToolCalls)
+            && !history::has_open_tool_calls(last)
+            && user.id < info.id
+        {
+            warn_orphans(core, session_id, last);
+            break;
+        }
+
+        let agent = core.agents.get(&user.agent)?;
+        let model = core.models.resolve(&user.model)?;
+        let step = msgs.iter().filter_map(assistant).filter(|a| a.id > user.id).count() as u32 + 1;
+        let last_step = agent.steps.is_some_and(|max| step >= max);
+
+        let info = AssistantInfo {
+            id: MessageId(id::ascending(MessageId::PREFIX)),
+            session_id: session_id.clone(),
+            parent_id: user.id.clone(),
+            agent: agent.name.clone(),
+            model: user.model.clone(),
+            created: now_ms(),
+            completed: None,
+            finish: None,
+            tokens: Default::default(),
+            cost: 0.0,
+            error: None,
+            summary: false,
+        };
+        core.ledger.put_message(&MessageInfo::Assistant(info.clone()))?;
+
+        let tools = if last_step { Vec::new() } else { resolve_tools(core, agent, &session) };
+        let mut messages = history::to_chat(&msgs);
+        if last_step {
+            messages.push(ChatMessage::Assistant {
+                content: vec![AssistantContent::Text {
+                    text: system::MAX_STEPS.to_string(),
+                }],
+            });
+        }
+        let request = LlmRequest {
+            session_id: session_id.clone(),
+            prior_turns: core.ledger.started_turns(session_id)?,
+            model: model.info.reference.model.clone(),
+            system: system::prompt(agent, &session.directory),
+            messages,
+            tools: tools
+                .iter()
+                .map(|t| ToolSpec {
+                    name: t.id.clone(),
+                    description: t.description.clone(),
+                    parameters: t.parameters.clone(),
+                })
+                .collect(),
+            max_output_tokens: model.info.output_limit,
+        };
+
+        let outcome = Processor::new(core, &session, agent, &model, info, &msgs, tools, cancel.clone())
+            .process(request)
+            .await?;
+        match outcome {
+            Outcome::Continue => continue,
+            Outcome::Stop => break,
+            Outcome::Compact => {
+                core.ledger.bus().publish(Event::SessionWarning {
+                    session_id: session_id.clone(),
+                    message: "the conversation no longer fits the model's context window, and this build cannot compact it; start a new session".into(),
+                });
+                break;
+            }
+        }
+    }
+    let msgs = core.ledger.messages(session_id)?;
+    let last = msgs
+        .iter()
+        .filter(|m| matches!(m.info, MessageInfo::Assistant(_)))
+        .max_by(|a, b| a.info.id().cmp(b.info.id()))
+        .or_else(|| msgs.iter().max_by(|a, b| a.info.id().cmp(b.info.id())))
+        .cloned();
+    last.ok_or_else(|| CoreError::NoUserMessage(session_id.clone()))
+}
+
+/// The tools this agent and session may use this round: every tool the host
+/// has, minus those a rule switches off entirely.
+fn resolve_tools(core: &CoreInner, agent: &Agent, session: &SessionInfo) -> Vec<ToolDef> {
+    core.tools
+        .tools()
+        .into_iter()
+        .filter(|t| !permission::disabled(&t.permission, &[&agent.rules, &session.permission]))
+        .collect()
+}
+
+/// Assistant messages left unfinished by a process that died: their open
+/// tool calls become interrupted errors and the message is closed, so the
+/// next round shows the model an error result for each call.
+fn recover_stale(core: &CoreInner, session_id: &SessionId) -> Result<()> {
+    let now = now_ms();
+    for m in core.ledger.messages(session_id)? {
+        let MessageInfo::Assistant(mut info) = m.info else { continue };
+        if info.completed.is_some() {
+            continue;
+        }
+        for mut part in m.parts {
+            if let PartBody::Tool { state, .. } = &mut part.body
+                && let Some(next) = state.interrupt(STALE, now)
+            {
+                *state = next;
+                core.ledger.put_part(&part, PartWrite::Changed)?;
+            }
+        }
+        info.completed = Some(now);
+        info.error.get_or_insert(MessageError::Interrupted {
+            message: "the process running this step stopped before it ended; the session was resumed from the ledger"
+                .into(),
+        });
+        core.ledger.put_message(&MessageInfo::Assistant(info))?;
+    }
+    Ok(())
+}
+
+fn warn_orphans(core: &CoreInner, session_id: &SessionId, last: &MessageWithParts) {
+    let orphans: Vec<String> = last
+        .parts
+        .iter()
+        .filter(|p| history::is_interrupted_orphan(p))
+        .filter_map(|p| match &p.body {
+            PartBody::Tool { tool, call_id, .. } => Some(format!("{tool} ({call_id})")),
+            _ => None,
+        })
+        .collect();
+    if !orphans.is_empty() {
+        let message = format!(
+            "the session ended with interrupted tool calls that never ran to the end: {}",
+            orphans.join(", ")
+        );
+        tracing::warn!(%session_id, "{message}");
+        core.ledger.bus().publish(Event::SessionWarning {
+            session_id: session_id.clone(),
+            message,
+        });
+    }
+}

@@ -1,0 +1,369 @@
+//! One tool call at the host boundary, in this order:
+//!
+//! 1. the tool was resolved by the caller (unknown tools never get here);
+//! 2. **permission** for (agent + session rules, tool, pattern from the
+//!    arguments): allow, deny, or ask whoever is attached; a denied call
+//!    reaches no guest at all;
+//! 3. each matching **before hook** (itself permission-checked as a guest
+//!    call) may allow, block, ask, or rewrite the arguments, which are then
+//!    checked again, so a hook can never widen a permission;
+//! 4. the **tool** guest runs;
+//! 5. each matching **after hook** may rewrite the output;
+//! 6. every decision and guest call goes to the audit trail.
+//!
+//! A hook that fails blocks the call (fail closed) unless its operator set
+//! it to fail open.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use warden_protocol::{Action, PermissionReply, PermissionRequest, Rule};
+
+use super::{AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookDef, ToolDef, ToolHost, ToolOutput};
+use crate::clock::now_ms;
+use crate::ledger::{AuditEntry, Ledger};
+use crate::permission::{self, Permissions, wildcard};
+
+/// What the boundary needs from the core.
+#[derive(Clone)]
+pub struct CallEnv {
+    pub ledger: Ledger,
+    pub permissions: Permissions,
+    pub host: Arc<dyn ToolHost>,
+}
+
+/// Called with progress a guest reports while it runs.
+pub type ProgressFn = Arc<dyn Fn(Option<String>, Value) + Send + Sync>;
+
+/// One call to run.
+pub struct CallRequest {
+    pub ctx: CallContext,
+    pub tool: ToolDef,
+    /// The parsed arguments (an object).
+    pub input: Value,
+    /// The agent's rules followed by the session's: the last match wins.
+    pub rules: Vec<Rule>,
+    pub cancel: CancellationToken,
+    pub progress: ProgressFn,
+}
+
+/// How the call ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallOutcome {
+    Completed { input: Value, output: ToolOutput },
+    Failed {
+        input: Value,
+        error: String,
+        /// A permission or hook refused it (the processor may stop the loop).
+        denied: bool,
+    },
+}
+
+/// Run one call through the boundary.
+pub async fn run(env: &CallEnv, req: CallRequest) -> CallOutcome {
+    let mut input = req.input.clone();
+    let tool = &req.tool;
+
+    // 2. permission for the call itself.
+    if let Err(error) = check_call(env, &req, &input).await {
+        return CallOutcome::Failed { input, error, denied: true };
+    }
+
+    let observer: Arc<dyn CallObserver> = Arc::new(Observer {
+        env: env.clone(),
+        ctx: req.ctx.clone(),
+        rules: req.rules.clone(),
+        cancel: req.cancel.clone(),
+        progress: req.progress.clone(),
+    });
+    let hooks = env.host.hooks();
+
+    // 3. before hooks, in order.
+    for hook in hooks.iter().filter(|h| wants(&h.before, &tool.id)) {
+        if !hook_allowed(env, &req, hook, "before").await {
+            continue;
+        }
+        let started = Instant::now();
+        let decision = env
+            .host
+            .before(hook, &req.ctx, &tool.id, &input.to_string(), observer.clone())
+            .await;
+        let elapsed = started.elapsed();
+        match decision {
+            Ok(BeforeDecision::Allow) => audit_guest(env, &req, "before", hook, elapsed, "allow"),
+            Ok(BeforeDecision::Block(reason)) => {
+                audit_guest(env, &req, "before", hook, elapsed, &format!("block: {reason}"));
+                return CallOutcome::Failed {
+                    input,
+                    error: format!("blocked by hook {}: {reason}", hook.guest.plugin),
+                    denied: true,
+                };
+            }
+            Ok(BeforeDecision::Rewrite(text)) => match serde_json::from_str::<Value>(&text) {
+                Ok(new) if new.is_object() => {
+                    audit_guest(env, &req, "before", hook, elapsed, "rewrite");
+                    input = new;
+                    if let Err(error) = check_call(env, &req, &input).await {
+                        return CallOutcome::Failed { input, error, denied: true };
+                    }
+                }
+                _ => {
+                    let e = GuestError::InvalidOutput {
+                        guest: hook.guest.to_string(),
+                        message: "a rewrite must be a JSON object of arguments".into(),
+                    };
+                    audit_guest(env, &req, "before", hook, elapsed, &e.to_string());
+                    if !hook.fail_open {
+                        return hook_failed(input, hook, &e);
+                    }
+                }
+            },
+            Ok(BeforeDecision::Ask(reason)) => {
+                audit_guest(env, &req, "before", hook, elapsed, &format!("ask: {reason}"));
+                let pattern = super::pattern_of(&tool.pattern, &input, &req.ctx.directory);
+                let reply = ask(env, &req, &tool.permission, vec![pattern], json!({"tool": tool.id, "input": input, "hook": hook.guest.plugin, "reason": reason})).await;
+                if reply == PermissionReply::Reject {
+                    return CallOutcome::Failed {
+                        input,
+                        error: format!("hook {} asked for approval ({reason}) and it was not given", hook.guest.plugin),
+                        denied: true,
+                    };
+                }
+            }
+            Err(e) => {
+                audit_guest(env, &req, "before", hook, elapsed, &e.to_string());
+                if !hook.fail_open {
+                    return hook_failed(input, hook, &e);
+                }
+            }
+        }
+    }
+
+    // 4. the tool.
+    let started = Instant::now();
+    let result = env
+        .host
+        .execute(tool, &req.ctx, &input.to_string(), observer.clone())
+        .await;
+    let elapsed = started.elapsed();
+    let mut output = match result {
+        Ok(o) => {
+            audit(env, &req, "tool", &tool.id, Some(&tool.guest.hash), "ran", None, Some(elapsed), "ok");
+            o
+        }
+        Err(e) => {
+            audit(env, &req, "tool", &tool.id, Some(&tool.guest.hash), "ran", None, Some(elapsed), &e.to_string());
+            let denied = matches!(e, GuestError::Denied(_));
+            return CallOutcome::Failed {
+                input,
+                error: e.to_string(),
+                denied,
+            };
+        }
+    };
+
+    // 5. after hooks, in order.
+    for hook in hooks.iter().filter(|h| wants(&h.after, &tool.id)) {
+        if !hook_allowed(env, &req, hook, "after").await {
+            continue;
+        }
+        let started = Instant::now();
+        let decision = env
+            .host
+            .after(hook, &req.ctx, &tool.id, &input.to_string(), &output, observer.clone())
+            .await;
+        let elapsed = started.elapsed();
+        match decision {
+            Ok(AfterDecision::Keep) => audit_guest(env, &req, "after", hook, elapsed, "keep"),
+            Ok(AfterDecision::Rewrite(o)) => {
+                audit_guest(env, &req, "after", hook, elapsed, "rewrite");
+                output = o;
+            }
+            Err(e) => {
+                audit_guest(env, &req, "after", hook, elapsed, &e.to_string());
+                if !hook.fail_open {
+                    return CallOutcome::Failed {
+                        input,
+                        error: format!(
+                            "after hook {} failed ({e}); the tool's output was withheld because hooks fail closed",
+                            hook.guest.plugin
+                        ),
+                        denied: false,
+                    };
+                }
+            }
+        }
+    }
+
+    CallOutcome::Completed { input, output }
+}
+
+fn wants(globs: &[String], tool: &str) -> bool {
+    globs.iter().any(|g| wildcard::matches(g, tool))
+}
+
+fn hook_failed(input: Value, hook: &HookDef, e: &GuestError) -> CallOutcome {
+    CallOutcome::Failed {
+        input,
+        error: format!(
+            "before hook {} failed ({e}); the call was blocked because hooks fail closed",
+            hook.guest.plugin
+        ),
+        denied: false,
+    }
+}
+
+/// Permission for the call with these arguments.
+async fn check_call(env: &CallEnv, req: &CallRequest, input: &Value) -> Result<(), String> {
+    let tool = &req.tool;
+    let pattern = super::pattern_of(&tool.pattern, input, &req.ctx.directory);
+    let eval = permission::evaluate_all(&tool.permission, std::slice::from_ref(&pattern), &[&req.rules]);
+    let rule = eval.describe();
+    match eval.action {
+        Action::Allow => {
+            audit(env, req, "permission", &tool.id, None, "allowed", Some(&rule), None, "ok");
+            Ok(())
+        }
+        Action::Deny => {
+            audit(env, req, "permission", &tool.id, None, "denied", Some(&rule), None, "refused");
+            Err(format!(
+                "permission denied: `{}` on `{pattern}` is denied by the rule `{rule}`; the call did not run",
+                tool.permission
+            ))
+        }
+        Action::Ask => {
+            let reply = ask(env, req, &tool.permission, vec![pattern.clone()], json!({"tool": tool.id, "input": input})).await;
+            if reply == PermissionReply::Reject {
+                Err(rejected(env, &tool.permission, &pattern))
+            } else {
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Permission to hand the call to a hook guest: `hook.before` / `hook.after`
+/// on the plugin's name. Allowed unless a rule says otherwise.
+async fn hook_allowed(env: &CallEnv, req: &CallRequest, hook: &HookDef, stage: &str) -> bool {
+    let permission = format!("hook.{stage}");
+    let eval = permission::evaluate(&permission, &hook.guest.plugin, &[&req.rules]);
+    let subject = format!("hook:{}", hook.guest.plugin);
+    let rule = eval.describe();
+    match eval.action {
+        Action::Allow => true,
+        Action::Deny => {
+            audit(env, req, stage, &subject, Some(&hook.guest.hash), "denied", Some(&rule), None, "skipped");
+            false
+        }
+        Action::Ask => {
+            ask(env, req, &permission, vec![hook.guest.plugin.clone()], json!({"hook": hook.guest.plugin, "tool": req.tool.id})).await
+                != PermissionReply::Reject
+        }
+    }
+}
+
+async fn ask(env: &CallEnv, req: &CallRequest, permission: &str, patterns: Vec<String>, metadata: Value) -> PermissionReply {
+    let request = PermissionRequest {
+        id: String::new(),
+        session_id: req.ctx.session_id.clone(),
+        permission: permission.to_string(),
+        always: patterns.clone(),
+        patterns: patterns.clone(),
+        metadata,
+        call_id: Some(req.ctx.call_id.clone()),
+    };
+    let reply = env.permissions.ask(request, &req.cancel).await;
+    let decision = match reply {
+        PermissionReply::Once => "asked:once",
+        PermissionReply::Always => "asked:always",
+        PermissionReply::Reject => "asked:reject",
+    };
+    audit(env, req, "ask", permission, None, decision, Some(&patterns.join(" ")), None, if reply == PermissionReply::Reject { "refused" } else { "ok" });
+    reply
+}
+
+fn rejected(env: &CallEnv, permission: &str, pattern: &str) -> String {
+    if env.permissions.is_attached() {
+        format!("permission denied: `{permission}` on `{pattern}` needs approval and the user rejected it")
+    } else {
+        format!(
+            "permission denied: `{permission}` on `{pattern}` needs approval and nobody was attached to give it; allow it in the config to run unattended"
+        )
+    }
+}
+
+fn audit_guest(env: &CallEnv, req: &CallRequest, stage: &str, hook: &HookDef, elapsed: std::time::Duration, outcome: &str) {
+    audit(env, req, stage, &format!("hook:{}", hook.guest.plugin), Some(&hook.guest.hash), "ran", None, Some(elapsed), outcome);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn audit(
+    env: &CallEnv,
+    req: &CallRequest,
+    stage: &str,
+    subject: &str,
+    hash: Option<&str>,
+    decision: &str,
+    rule: Option<&str>,
+    elapsed: Option<std::time::Duration>,
+    outcome: &str,
+) {
+    let entry = AuditEntry {
+        seq: 0,
+        session_id: req.ctx.session_id.clone(),
+        message_id: Some(req.ctx.message_id.clone()),
+        call_id: Some(req.ctx.call_id.clone()),
+        at: now_ms(),
+        stage: stage.to_string(),
+        subject: subject.to_string(),
+        plugin_hash: hash.map(str::to_string),
+        decision: decision.to_string(),
+        rule: rule.map(str::to_string),
+        duration_us: elapsed.map(|d| d.as_micros() as i64),
+        outcome: Some(outcome.to_string()),
+    };
+    if let Err(e) = env.ledger.audit(&entry) {
+        tracing::warn!(error = %e, "could not write the audit trail");
+    }
+}
+
+/// The `host` interface a guest sees during a call.
+struct Observer {
+    env: CallEnv,
+    ctx: CallContext,
+    rules: Vec<Rule>,
+    cancel: CancellationToken,
+    progress: ProgressFn,
+}
+
+#[async_trait::async_trait]
+impl CallObserver for Observer {
+    fn progress(&self, title: Option<String>, metadata: Value) {
+        (self.progress)(title, metadata);
+    }
+
+    async fn ask(&self, permission: String, patterns: Vec<String>, metadata: Value) -> Result<(), String> {
+        let eval = permission::evaluate_all(&permission, &patterns, &[&self.rules]);
+        match eval.action {
+            Action::Allow => Ok(()),
+            Action::Deny => Err(format!("`{permission}` is denied by the rule `{}`", eval.describe())),
+            Action::Ask => {
+                let request = PermissionRequest {
+                    id: String::new(),
+                    session_id: self.ctx.session_id.clone(),
+                    permission: permission.clone(),
+                    always: patterns.clone(),
+                    patterns: patterns.clone(),
+                    metadata,
+                    call_id: Some(self.ctx.call_id.clone()),
+                };
+                match self.env.permissions.ask(request, &self.cancel).await {
+                    PermissionReply::Reject => Err(rejected(&self.env, &permission, &patterns.join(" "))),
+                    _ => Ok(()),
+                }
+            }
+        }
+    }
+}

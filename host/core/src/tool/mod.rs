@@ -1,0 +1,306 @@
+//! Tools as the core sees them: definitions, the [`ToolHost`] seam behind
+//! which guests run, and the host boundary ([`call`]) that checks permission
+//! and runs hooks before and after every call.
+//!
+//! The core never knows how a guest runs: `warden-runtime` implements
+//! [`ToolHost`] with wasmtime; tests may implement it with plain Rust.
+
+pub mod call;
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use warden_protocol::{MessageId, SessionId};
+
+/// Where a tool's permission pattern comes from in its arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "from", content = "arg")]
+pub enum PatternSource {
+    /// No pattern: rules match it as `*`.
+    None,
+    /// A file path argument, matched relative to the working directory.
+    Path(String),
+    /// A URL argument, matched by its host.
+    Url(String),
+    /// Any string argument, matched as is.
+    Arg(String),
+}
+
+/// A guest's identity, for audit and error messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestRef {
+    /// The plugin's name in the config.
+    pub plugin: String,
+    /// The sha256 of its component.
+    pub hash: String,
+}
+
+impl std::fmt::Display for GuestRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "plugin {} ({})", self.plugin, &self.hash[..self.hash.len().min(12)])
+    }
+}
+
+/// A tool the model may be offered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDef {
+    pub id: String,
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub parameters: Value,
+    /// The permission rules are written against (e.g. `edit` for write and edit).
+    pub permission: String,
+    pub pattern: PatternSource,
+    pub guest: GuestRef,
+}
+
+/// A tool.execute.before / after hook.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HookDef {
+    pub guest: GuestRef,
+    /// Tool id globs the before stage wants.
+    pub before: Vec<String>,
+    /// Tool id globs the after stage wants.
+    pub after: Vec<String>,
+    /// Let the call through when the hook itself fails (default: block).
+    pub fail_open: bool,
+}
+
+/// Where a guest call comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallContext {
+    pub session_id: SessionId,
+    pub message_id: MessageId,
+    pub call_id: String,
+    pub agent: String,
+    /// The session's working directory (absolute).
+    pub directory: String,
+}
+
+/// A tool's successful result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolOutput {
+    pub output: String,
+    pub title: String,
+    pub metadata: Value,
+}
+
+/// What a before hook decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BeforeDecision {
+    Allow,
+    Block(String),
+    Rewrite(String),
+    Ask(String),
+}
+
+/// What an after hook decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AfterDecision {
+    Keep,
+    Rewrite(ToolOutput),
+}
+
+/// How a guest call failed. Each message names the guest and the cause.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GuestError {
+    /// The tool rejected its arguments.
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(String),
+    /// The tool ran and reported a failure.
+    #[error("{0}")]
+    Failed(String),
+    /// The tool was refused something it asked for mid-call.
+    #[error("denied: {0}")]
+    Denied(String),
+    /// The guest trapped (panic, out of bounds, stack overflow, ...).
+    #[error("{guest} crashed: {message}")]
+    Trap { guest: String, message: String },
+    /// The guest ran past its time limit.
+    #[error("{guest} ran past its time limit of {limit_ms} ms and was stopped")]
+    Timeout { guest: String, limit_ms: u64 },
+    /// The guest asked for more memory than granted.
+    #[error("{guest} ran out of memory (limit {limit_mb} MiB)")]
+    OutOfMemory { guest: String, limit_mb: u64 },
+    /// The guest returned more than its output cap.
+    #[error("{guest} returned {size} bytes, over its output cap of {limit} bytes")]
+    OutputTooLarge { guest: String, size: usize, limit: usize },
+    /// The guest returned something that is not what the contract says.
+    #[error("{guest} returned invalid data: {message}")]
+    InvalidOutput { guest: String, message: String },
+    /// The guest could not be started (not loaded, failed integrity, ...).
+    #[error("{guest} is unavailable: {message}")]
+    Unavailable { guest: String, message: String },
+}
+
+/// What a running guest may ask of the host (the WIT `host` interface).
+#[async_trait::async_trait]
+pub trait CallObserver: Send + Sync {
+    /// The guest updated its title/metadata.
+    fn progress(&self, title: Option<String>, metadata: Value);
+    /// The guest asks a permission mid-call; `Err` carries the denial.
+    async fn ask(&self, permission: String, patterns: Vec<String>, metadata: Value) -> Result<(), String>;
+}
+
+/// Runs guests. Implemented by the plugin runtime.
+#[async_trait::async_trait]
+pub trait ToolHost: Send + Sync {
+    /// The tools available now (resolved again every round).
+    fn tools(&self) -> Vec<ToolDef>;
+    /// The hooks, in the order they run.
+    fn hooks(&self) -> Vec<HookDef>;
+    /// Run one tool call in a fresh guest.
+    async fn execute(
+        &self,
+        tool: &ToolDef,
+        ctx: &CallContext,
+        arguments: &str,
+        observer: Arc<dyn CallObserver>,
+    ) -> Result<ToolOutput, GuestError>;
+    /// Run a hook's before stage.
+    async fn before(
+        &self,
+        hook: &HookDef,
+        ctx: &CallContext,
+        tool: &str,
+        arguments: &str,
+        observer: Arc<dyn CallObserver>,
+    ) -> Result<BeforeDecision, GuestError>;
+    /// Run a hook's after stage.
+    async fn after(
+        &self,
+        hook: &HookDef,
+        ctx: &CallContext,
+        tool: &str,
+        arguments: &str,
+        output: &ToolOutput,
+        observer: Arc<dyn CallObserver>,
+    ) -> Result<AfterDecision, GuestError>;
+}
+
+/// A host with no tools, for sessions that only talk.
+pub struct NoTools;
+
+#[async_trait::async_trait]
+impl ToolHost for NoTools {
+    fn tools(&self) -> Vec<ToolDef> {
+        Vec::new()
+    }
+    fn hooks(&self) -> Vec<HookDef> {
+        Vec::new()
+    }
+    async fn execute(
+        &self,
+        tool: &ToolDef,
+        _: &CallContext,
+        _: &str,
+        _: Arc<dyn CallObserver>,
+    ) -> Result<ToolOutput, GuestError> {
+        Err(GuestError::Unavailable {
+            guest: tool.guest.to_string(),
+            message: "no tool host".into(),
+        })
+    }
+    async fn before(
+        &self,
+        hook: &HookDef,
+        _: &CallContext,
+        _: &str,
+        _: &str,
+        _: Arc<dyn CallObserver>,
+    ) -> Result<BeforeDecision, GuestError> {
+        Err(GuestError::Unavailable {
+            guest: hook.guest.to_string(),
+            message: "no tool host".into(),
+        })
+    }
+    async fn after(
+        &self,
+        hook: &HookDef,
+        _: &CallContext,
+        _: &str,
+        _: &str,
+        _: &ToolOutput,
+        _: Arc<dyn CallObserver>,
+    ) -> Result<AfterDecision, GuestError> {
+        Err(GuestError::Unavailable {
+            guest: hook.guest.to_string(),
+            message: "no tool host".into(),
+        })
+    }
+}
+
+/// The permission pattern of a call, from its arguments.
+pub fn pattern_of(source: &PatternSource, args: &Value, directory: &str) -> String {
+    let arg = |name: &str| args.get(name).and_then(Value::as_str).map(str::to_string);
+    match source {
+        PatternSource::None => "*".into(),
+        PatternSource::Arg(name) => arg(name).unwrap_or_else(|| "*".into()),
+        PatternSource::Path(name) => match arg(name) {
+            Some(p) => relative_path(&p, directory),
+            None => "*".into(),
+        },
+        PatternSource::Url(name) => match arg(name) {
+            Some(u) => url_host(&u).unwrap_or(u),
+            None => "*".into(),
+        },
+    }
+}
+
+/// `path` relative to `directory` when it is inside it, lexically normalised.
+fn relative_path(path: &str, directory: &str) -> String {
+    use std::path::{Component, Path, PathBuf};
+    let joined = if Path::new(path).is_absolute() {
+        PathBuf::from(path)
+    } else {
+        Path::new(directory).join(path)
+    };
+    let mut out = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    match out.strip_prefix(directory) {
+        Ok(rel) if !rel.as_os_str().is_empty() => rel.to_string_lossy().into_owned(),
+        Ok(_) => ".".into(),
+        Err(_) => out.to_string_lossy().into_owned(),
+    }
+}
+
+fn url_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if let Some(v6) = host_port.strip_prefix('[') {
+        v6.split(']').next()?
+    } else {
+        host_port.split(':').next()?
+    };
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn patterns_come_from_the_arguments() {
+        let dir = "/w/p";
+        let path = PatternSource::Path("filePath".into());
+        assert_eq!(pattern_of(&path, &json!({"filePath": "src/a.rs"}), dir), "src/a.rs");
+        assert_eq!(pattern_of(&path, &json!({"filePath": "/w/p/src/../b.rs"}), dir), "b.rs");
+        assert_eq!(pattern_of(&path, &json!({"filePath": "../../etc/passwd"}), dir), "/etc/passwd");
+        assert_eq!(pattern_of(&path, &json!({}), dir), "*");
+        let url = PatternSource::Url("url".into());
+        assert_eq!(pattern_of(&url, &json!({"url": "https://user@API.example.com:8443/x?y"}), dir), "api.example.com");
+        assert_eq!(pattern_of(&url, &json!({"url": "http://[::1]:80/"}), dir), "::1");
+        assert_eq!(pattern_of(&PatternSource::None, &json!({"a": 1}), dir), "*");
+    }
+}
