@@ -304,3 +304,6 @@ impl Core {
         result
     }
 }
+
+#[cfg(test)]
+mod tests;

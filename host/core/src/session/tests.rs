@@ -1,0 +1,374 @@
+//! The loop's mechanics against a plain-Rust tool host and a scripted model
+//! (the integration tests repeat the important ones through the real binary
+//! and real wasm guests).
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use warden_protocol::llm::AssistantContent;
+use warden_protocol::{ChatMessage, Event, LlmRequest, ModelRef, PartBody, ToolState};
+
+use super::*;
+use crate::llm::scripted::ScriptedProvider;
+use crate::llm::{ModelInfo, Prices, ResolvedModel};
+use crate::tool::{
+    AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, GuestRef, HookDef, PatternSource, ToolDef,
+    ToolOutput,
+};
+
+/// `echo` returns its arguments; `fail` always fails.
+#[derive(Default)]
+struct RustTools {
+    ran: Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl ToolHost for RustTools {
+    fn tools(&self) -> Vec<ToolDef> {
+        ["echo", "fail"]
+            .iter()
+            .map(|id| ToolDef {
+                id: id.to_string(),
+                description: format!("the {id} tool"),
+                parameters: json!({"type": "object"}),
+                permission: id.to_string(),
+                pattern: PatternSource::Arg("path".into()),
+                guest: GuestRef {
+                    plugin: "rust".into(),
+                    hash: "0".repeat(64),
+                },
+            })
+            .collect()
+    }
+    fn hooks(&self) -> Vec<HookDef> {
+        Vec::new()
+    }
+    async fn execute(
+        &self,
+        tool: &ToolDef,
+        _ctx: &CallContext,
+        arguments: &str,
+        _o: Arc<dyn CallObserver>,
+    ) -> std::result::Result<ToolOutput, GuestError> {
+        self.ran.lock().unwrap().push(format!("{} {arguments}", tool.id));
+        match tool.id.as_str() {
+            "echo" => Ok(ToolOutput {
+                output: format!("echo {arguments}"),
+                title: "echo".into(),
+                metadata: json!({}),
+            }),
+            _ => Err(GuestError::Failed("it failed".into())),
+        }
+    }
+    async fn before(
+        &self,
+        _: &HookDef,
+        _: &CallContext,
+        _: &str,
+        _: &str,
+        _: Arc<dyn CallObserver>,
+    ) -> std::result::Result<BeforeDecision, GuestError> {
+        Ok(BeforeDecision::Allow)
+    }
+    async fn after(
+        &self,
+        _: &HookDef,
+        _: &CallContext,
+        _: &str,
+        _: &str,
+        _: &ToolOutput,
+        _: Arc<dyn CallObserver>,
+    ) -> std::result::Result<AfterDecision, GuestError> {
+        Ok(AfterDecision::Keep)
+    }
+}
+
+struct OneModel(Arc<ScriptedProvider>);
+
+impl ModelResolver for OneModel {
+    fn resolve(&self, model: &ModelRef) -> Result<ResolvedModel> {
+        Ok(ResolvedModel {
+            info: ModelInfo {
+                reference: model.clone(),
+                context_limit: None,
+                output_limit: None,
+                prices: Prices::default(),
+            },
+            provider: self.0.clone(),
+        })
+    }
+}
+
+struct Setup {
+    core: Core,
+    provider: Arc<ScriptedProvider>,
+    tools: Arc<RustTools>,
+    session: SessionInfo,
+    _dir: tempfile::TempDir,
+}
+
+fn setup(cassette: Value, config: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cassette.json");
+    std::fs::write(&path, cassette.to_string()).unwrap();
+    let provider = Arc::new(ScriptedProvider::load(&path).unwrap());
+    let tools = Arc::new(RustTools::default());
+    let ledger = Ledger::in_memory(Bus::new()).unwrap();
+    let core = Core::new(
+        ledger,
+        tools.clone(),
+        Arc::new(OneModel(provider.clone())),
+        Config::parse(config).unwrap(),
+        CoreOptions::default(),
+    )
+    .unwrap();
+    let session = core.create_session(dir.path(), "test").unwrap();
+    Setup {
+        core,
+        provider,
+        tools,
+        session,
+        _dir: dir,
+    }
+}
+
+fn prompt(s: &Setup, text: &str) -> PromptInput {
+    PromptInput {
+        session_id: s.session.id.clone(),
+        text: text.into(),
+        model: Some(ModelRef {
+            provider: "scripted".into(),
+            model: "cassette".into(),
+        }),
+        ..PromptInput::default()
+    }
+}
+
+/// (tool, status, error) of every recorded tool part change, in order.
+fn tool_timeline(s: &Setup) -> Vec<(String, String)> {
+    s.core
+        .ledger()
+        .part_events(&s.session.id)
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.part.body {
+            PartBody::Tool { call_id, state, .. } => Some((call_id, state.status().to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn tool_states(s: &Setup) -> Vec<ToolState> {
+    s.core
+        .ledger()
+        .messages(&s.session.id)
+        .unwrap()
+        .into_iter()
+        .flat_map(|m| m.parts)
+        .filter_map(|p| p.tool_state().cloned())
+        .collect()
+}
+
+fn tool_results(req: &LlmRequest) -> Vec<(String, bool, String)> {
+    req.messages
+        .iter()
+        .filter_map(|m| match m {
+            ChatMessage::Tool { content } => Some(content),
+            _ => None,
+        })
+        .flatten()
+        .map(|r| (r.call_id.clone(), r.is_error, r.output.clone()))
+        .collect()
+}
+
+fn call(id: &str, tool: &str, args: Value) -> Value {
+    json!({"id": id, "name": tool, "arguments": args})
+}
+
+#[tokio::test]
+async fn a_tool_call_then_an_answer_takes_two_requests() {
+    let s = setup(
+        json!({"turns": [
+            {"tool_calls": [call("c1", "echo", json!({"path": "a"}))]},
+            {"text": "done"}
+        ]}),
+        "{}",
+    );
+    let answer = s.core.prompt(prompt(&s, "go")).await.unwrap();
+    assert_eq!(answer.text(), "done");
+    let reqs = s.provider.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[0].tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["echo", "fail"]);
+    assert_eq!(tool_results(&reqs[1]), vec![("c1".into(), false, r#"echo {"path":"a"}"#.into())]);
+    assert_eq!(
+        tool_timeline(&s),
+        vec![("c1".into(), "pending".into()), ("c1".into(), "running".into()), ("c1".into(), "completed".into())]
+    );
+    assert_eq!(reqs[1].prior_turns, 1);
+}
+
+#[tokio::test]
+async fn stop_with_an_open_tool_call_does_not_end_the_loop() {
+    let s = setup(
+        json!({"turns": [
+            {"tool_calls": [call("c1", "echo", json!({}))], "finish_reason": "stop"},
+            {"text": "done"}
+        ]}),
+        "{}",
+    );
+    s.core.prompt(prompt(&s, "go")).await.unwrap();
+    let reqs = s.provider.requests();
+    assert_eq!(reqs.len(), 2, "the tool result had to be sent back");
+    assert_eq!(tool_results(&reqs[1]).len(), 1);
+}
+
+#[tokio::test]
+async fn three_identical_calls_ask_doom_loop_and_nobody_attached_denies() {
+    let same = call("x", "echo", json!({"path": "a"}));
+    let mut turns = Vec::new();
+    for i in 0..3 {
+        let mut c = same.clone();
+        c["id"] = json!(format!("c{i}"));
+        turns.push(json!({"tool_calls": [c]}));
+    }
+    turns.push(json!({"text": "never reached"}));
+    let s = setup(json!({ "turns": turns }), "{}");
+    let mut events = s.core.bus().subscribe();
+    s.core.prompt(prompt(&s, "go")).await.unwrap();
+    assert_eq!(s.provider.requests().len(), 3, "the loop stopped after the denial");
+    assert_eq!(s.tools.ran.lock().unwrap().len(), 2, "the third call never ran");
+    let states = tool_states(&s);
+    assert_eq!(states.len(), 3);
+    match &states[2] {
+        ToolState::Error { error, interrupted: false, .. } => assert!(error.contains("doom_loop"), "{error}"),
+        other => panic!("{other:?}"),
+    }
+    let mut asked = None;
+    while let Ok(e) = events.try_recv() {
+        if let Event::PermissionAsked { request } = &*e {
+            asked = Some(request.clone());
+        }
+    }
+    let asked = asked.expect("a doom_loop question was published");
+    assert_eq!(asked.permission, "doom_loop");
+    assert_eq!(asked.patterns, vec!["echo".to_string()]);
+}
+
+#[tokio::test]
+async fn the_last_step_offers_no_tools_and_says_so() {
+    let s = setup(
+        json!({"turns": [
+            {"tool_calls": [call("c1", "echo", json!({}))]},
+            {"text": "out of steps"}
+        ]}),
+        r#"{"agent": {"build": {"steps": 2}}}"#,
+    );
+    s.core.prompt(prompt(&s, "go")).await.unwrap();
+    let reqs = s.provider.requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(!reqs[0].tools.is_empty());
+    assert!(reqs[1].tools.is_empty());
+    match reqs[1].messages.last() {
+        Some(ChatMessage::Assistant { content }) => {
+            assert_eq!(content, &vec![AssistantContent::Text { text: system::MAX_STEPS.into() }])
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn bad_calls_become_error_parts_and_the_model_is_told() {
+    let s = setup(
+        json!({"turns": [
+            {"tool_calls": [
+                {"id": "c1", "name": "nope", "arguments": {}},
+                {"id": "c2", "name": "echo", "arguments_raw": "{\"path\": "},
+                {"id": "c3", "name": "echo", "arguments": [1, 2]},
+                {"id": "c4", "name": "fail", "arguments": {}}
+            ]},
+            {"text": "ok"}
+        ]}),
+        "{}",
+    );
+    s.core.prompt(prompt(&s, "go")).await.unwrap();
+    let reqs = s.provider.requests();
+    let results = tool_results(&reqs[1]);
+    assert_eq!(results.len(), 4);
+    assert!(results.iter().all(|(_, is_error, _)| *is_error));
+    assert!(results[0].2.contains("unknown tool `nope`; the tools available are: echo, fail"), "{}", results[0].2);
+    assert!(results[1].2.contains("not valid JSON"), "{}", results[1].2);
+    assert!(results[2].2.contains("must be a JSON object, but the model sent an array"), "{}", results[2].2);
+    assert_eq!(results[3].2, "Error: it failed");
+    assert!(s.tools.ran.lock().unwrap().iter().all(|r| r.starts_with("fail")));
+    let timeline = tool_timeline(&s);
+    for c in ["c1", "c2", "c3", "c4"] {
+        let states: Vec<&str> = timeline.iter().filter(|(id, _)| id == c).map(|(_, st)| st.as_str()).collect();
+        assert_eq!(states, ["pending", "running", "error"], "{c}");
+    }
+}
+
+#[tokio::test]
+async fn a_denied_call_never_reaches_the_host() {
+    let s = setup(
+        json!({"turns": [
+            {"tool_calls": [call("c1", "echo", json!({"path": "secret.env"}))]},
+            {"text": "unreachable"}
+        ]}),
+        r#"{"permission": {"echo": {"*.env": "deny"}}}"#,
+    );
+    s.core.prompt(prompt(&s, "go")).await.unwrap();
+    assert!(s.tools.ran.lock().unwrap().is_empty());
+    assert_eq!(s.provider.requests().len(), 1, "a denial stops the loop");
+    match &tool_states(&s)[0] {
+        ToolState::Error { error, .. } => assert!(error.contains("denied by the rule `echo *.env deny`"), "{error}"),
+        other => panic!("{other:?}"),
+    }
+    let audit = s.core.ledger().audit_trail(&s.session.id).unwrap();
+    assert_eq!(audit.len(), 1);
+    assert_eq!((audit[0].stage.as_str(), audit[0].decision.as_str()), ("permission", "denied"));
+}
+
+#[tokio::test]
+async fn provider_errors_end_on_the_message_not_in_a_panic() {
+    let s = setup(
+        json!({"turns": [{"error": {"kind": "bad-request", "message": "no such model", "status": 400}}]}),
+        "{}",
+    );
+    let answer = s.core.prompt(prompt(&s, "go")).await.unwrap();
+    match &answer.info {
+        MessageInfo::Assistant(a) => assert_eq!(
+            a.error,
+            Some(warden_protocol::MessageError::Provider {
+                message: "no such model".into(),
+                status: Some(400)
+            })
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.core.status(&s.session.id), SessionStatus::Idle);
+}
+
+#[tokio::test]
+async fn retryable_errors_are_retried_with_status_events() {
+    let s = setup(
+        json!({"turns": [
+            {"error": {"kind": "rate-limited", "message": "slow down", "status": 429, "retry_after_ms": 10}},
+            {"text": "ok"}
+        ]}),
+        "{}",
+    );
+    let mut events = s.core.bus().subscribe();
+    let answer = s.core.prompt(prompt(&s, "go")).await.unwrap();
+    assert_eq!(answer.text(), "ok");
+    let mut statuses = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        if let Event::SessionStatus { status, .. } = &*e {
+            statuses.push(status.clone());
+        }
+    }
+    assert_eq!(statuses.len(), 4, "{statuses:?}");
+    assert_eq!(statuses[0], SessionStatus::Busy);
+    assert!(matches!(&statuses[1], SessionStatus::Retry { attempt: 1, message, .. } if message.contains("slow down")));
+    assert_eq!(statuses[2], SessionStatus::Busy);
+    assert_eq!(statuses[3], SessionStatus::Idle);
+}
