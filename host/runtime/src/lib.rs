@@ -1,1 +1,20 @@
-//! placeholder
+//! The warden plugin runtime: tools and hooks as WebAssembly components
+//! (wasm32-wasip2) run by wasmtime, behind the core's
+//! [`ToolHost`](warden_core::tool::ToolHost) seam.
+//!
+//! Where to start reading: [`WasmHost`] (loads plugins, runs calls), then
+//! [`sandbox`] (what one call's store may touch: grants, limits, linking)
+//! and [`plugin`] (integrity, compilation cache, self-description). The
+//! generated WIT bindings stay private in `bindings`, one module per
+//! supported contract version.
+
+mod bindings;
+pub mod builtin;
+pub mod engine;
+pub mod error;
+pub mod host;
+pub mod plugin;
+pub mod sandbox;
+
+pub use error::RuntimeError;
+pub use host::{CompileStats, WasmHost};

@@ -1,0 +1,343 @@
+//! [`WasmHost`]: the core's `ToolHost`, running each tool call and hook
+//! stage in a fresh, sandboxed instance of its plugin.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde_json::Value;
+use warden_core::Config;
+use warden_core::tool::{
+    AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookDef, ToolDef, ToolHost, ToolOutput,
+};
+
+use crate::bindings::v0_1_0::tool::warden::plugin::types as wit;
+use crate::builtin;
+use crate::engine::Sandbox;
+use crate::error::RuntimeError;
+use crate::plugin::{self, LoadedPlugin, PluginSource, Provides};
+use crate::sandbox::{self, Limits};
+
+/// Runs guests for the core.
+pub struct WasmHost {
+    sandbox: Sandbox,
+    plugins: Vec<Arc<LoadedPlugin>>,
+    by_name: BTreeMap<String, Arc<LoadedPlugin>>,
+}
+
+/// How many components were compiled and how many came from the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompileStats {
+    pub compiled: u64,
+    pub cache_hits: u64,
+}
+
+impl WasmHost {
+    /// Load the built-in tools (unless the config turns them off) and every
+    /// plugin the config lists. `cache_dir` holds compiled components.
+    pub async fn load(config: &Config, cache_dir: Option<PathBuf>) -> Result<WasmHost, RuntimeError> {
+        let builtins = if config.builtins.unwrap_or(true) { builtin::all() } else { Vec::new() };
+        let builtin_grants = |b: &builtin::Builtin| config.builtin_grants.get(b.name).cloned().unwrap_or_else(b.grants);
+        let max_memory = builtins
+            .iter()
+            .map(|b| builtin_grants(b).memory_mb)
+            .chain(config.plugins.iter().map(|p| p.grants.memory_mb))
+            .max()
+            .unwrap_or(64)
+            .max(64);
+        let sandbox = Sandbox::new(max_memory, cache_dir)?;
+
+        let mut plugins = Vec::new();
+        for b in &builtins {
+            let tools = (b.tools)();
+            plugins.push(Arc::new(
+                plugin::load(
+                    &sandbox,
+                    PluginSource {
+                        name: b.name,
+                        bytes: b.bytes,
+                        path: None,
+                        builtin: true,
+                        sha256: None,
+                        grants: builtin_grants(b),
+                        tools: &tools,
+                        fail_open: false,
+                    },
+                )
+                .await?,
+            ));
+        }
+        for p in &config.plugins {
+            let bytes = std::fs::read(&p.path).map_err(|e| RuntimeError::Read {
+                plugin: p.name.clone(),
+                path: p.path.display().to_string(),
+                reason: e.to_string(),
+            })?;
+            plugins.push(Arc::new(
+                plugin::load(
+                    &sandbox,
+                    PluginSource {
+                        name: &p.name,
+                        bytes: &bytes,
+                        path: Some(p.path.clone()),
+                        builtin: false,
+                        sha256: p.sha256.as_deref(),
+                        grants: p.grants.clone(),
+                        tools: &p.tools,
+                        fail_open: p.fail_open,
+                    },
+                )
+                .await?,
+            ));
+        }
+
+        let mut by_name = BTreeMap::new();
+        let mut tool_owner: BTreeMap<String, String> = BTreeMap::new();
+        for p in &plugins {
+            if by_name.insert(p.name.to_string(), p.clone()).is_some() {
+                return Err(RuntimeError::Contract {
+                    plugin: p.name.to_string(),
+                    reason: "a built-in plugin already has this name; choose another".into(),
+                });
+            }
+            for t in p.tools() {
+                if let Some(first) = tool_owner.insert(t.id.clone(), p.name.to_string()) {
+                    return Err(RuntimeError::DuplicateTool {
+                        tool: t.id.clone(),
+                        first,
+                        second: p.name.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(WasmHost { sandbox, plugins, by_name })
+    }
+
+    /// Every loaded plugin, built-ins first, then in config order.
+    pub fn plugins(&self) -> &[Arc<LoadedPlugin>] {
+        &self.plugins
+    }
+
+    /// Whether guests share a pre-reserved pool of instance slots.
+    pub fn pooling(&self) -> bool {
+        self.sandbox.pooling
+    }
+
+    /// Compilation counters for this process.
+    pub fn compile_stats(&self) -> CompileStats {
+        CompileStats {
+            compiled: self.sandbox.stats.compiled.load(Ordering::Relaxed),
+            cache_hits: self.sandbox.stats.cache_hits.load(Ordering::Relaxed),
+        }
+    }
+
+    fn plugin(&self, name: &str) -> Result<&Arc<LoadedPlugin>, GuestError> {
+        self.by_name.get(name).ok_or_else(|| GuestError::Unavailable {
+            guest: format!("plugin {name}"),
+            message: "it is not loaded".into(),
+        })
+    }
+}
+
+fn wit_ctx(ctx: &CallContext) -> wit::CallContext {
+    wit::CallContext {
+        session_id: ctx.session_id.to_string(),
+        message_id: ctx.message_id.to_string(),
+        call_id: ctx.call_id.clone(),
+        agent: ctx.agent.clone(),
+        directory: ctx.directory.clone(),
+    }
+}
+
+/// Check a guest's output against the contract and the plugin's cap.
+fn checked_output(o: wit::ToolOutput, guest: &str, limits: &Limits) -> Result<ToolOutput, GuestError> {
+    let size = o.output.len() + o.title.len() + o.metadata.len();
+    if size > limits.max_output {
+        return Err(GuestError::OutputTooLarge {
+            guest: guest.to_string(),
+            size,
+            limit: limits.max_output,
+        });
+    }
+    let metadata = if o.metadata.trim().is_empty() {
+        Value::Object(Default::default())
+    } else {
+        match serde_json::from_str::<Value>(&o.metadata) {
+            Ok(v @ Value::Object(_)) => v,
+            _ => {
+                return Err(GuestError::InvalidOutput {
+                    guest: guest.to_string(),
+                    message: "its metadata is not a JSON object".into(),
+                });
+            }
+        }
+    };
+    Ok(ToolOutput {
+        output: o.output,
+        title: o.title.chars().take(500).collect(),
+        metadata,
+    })
+}
+
+/// Cap what a guest's error message may carry into the ledger.
+fn capped(message: String, limits: &Limits) -> String {
+    if message.len() <= limits.max_output {
+        return message;
+    }
+    let mut end = limits.max_output;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… (error message cut at {} bytes)", &message[..end], limits.max_output)
+}
+
+#[async_trait::async_trait]
+impl ToolHost for WasmHost {
+    fn tools(&self) -> Vec<ToolDef> {
+        self.plugins.iter().flat_map(|p| p.tools().iter().cloned()).collect()
+    }
+
+    fn hooks(&self) -> Vec<HookDef> {
+        self.plugins.iter().filter_map(|p| p.hook().cloned()).collect()
+    }
+
+    async fn execute(
+        &self,
+        tool: &ToolDef,
+        ctx: &CallContext,
+        arguments: &str,
+        observer: Arc<dyn CallObserver>,
+    ) -> Result<ToolOutput, GuestError> {
+        let plugin = self.plugin(&tool.guest.plugin)?;
+        let guest = plugin.guest().to_string();
+        let Provides::Tools { pre, .. } = &plugin.provides else {
+            return Err(GuestError::Unavailable {
+                guest,
+                message: "it is a hook plugin, not a tool plugin".into(),
+            });
+        };
+        let limits = &plugin.limits;
+        let mut store = sandbox::store(&self.sandbox.engine, &plugin.name, &plugin.grants, limits, Some(&ctx.directory), Some(observer))?;
+        let wctx = wit_ctx(ctx);
+        let result = tokio::time::timeout(limits.timeout, async {
+            let instance = pre.instantiate_async(&mut store).await?;
+            instance
+                .warden_plugin_tool()
+                .call_execute(&mut store, &wctx, &tool.id, arguments)
+                .await
+        })
+        .await;
+        match result {
+            Err(_) => Err(GuestError::Timeout {
+                guest,
+                limit_ms: limits.timeout.as_millis() as u64,
+            }),
+            Ok(Err(e)) => Err(sandbox::classify(e, &guest, limits, &store.data().stderr())),
+            Ok(Ok(Err(e))) => Err(match e {
+                wit::ToolError::InvalidArguments(m) => GuestError::InvalidArguments(capped(m, limits)),
+                wit::ToolError::Failed(m) => GuestError::Failed(capped(m, limits)),
+                wit::ToolError::Denied(m) => GuestError::Denied(capped(m, limits)),
+            }),
+            Ok(Ok(Ok(o))) => checked_output(o, &guest, limits),
+        }
+    }
+
+    async fn before(
+        &self,
+        hook: &HookDef,
+        ctx: &CallContext,
+        tool: &str,
+        arguments: &str,
+        observer: Arc<dyn CallObserver>,
+    ) -> Result<BeforeDecision, GuestError> {
+        use crate::bindings::v0_1_0::hook::exports::warden::plugin::hooks::BeforeDecision as W;
+        let plugin = self.plugin(&hook.guest.plugin)?;
+        let guest = plugin.guest().to_string();
+        let Provides::Hooks { pre, .. } = &plugin.provides else {
+            return Err(GuestError::Unavailable {
+                guest,
+                message: "it is a tool plugin, not a hook plugin".into(),
+            });
+        };
+        let limits = &plugin.limits;
+        let mut store = sandbox::store(&self.sandbox.engine, &plugin.name, &plugin.grants, limits, Some(&ctx.directory), Some(observer))?;
+        let wctx = wit_ctx(ctx);
+        let result = tokio::time::timeout(limits.timeout, async {
+            let instance = pre.instantiate_async(&mut store).await?;
+            instance.warden_plugin_hooks().call_before(&mut store, &wctx, tool, arguments).await
+        })
+        .await;
+        match result {
+            Err(_) => Err(GuestError::Timeout {
+                guest,
+                limit_ms: limits.timeout.as_millis() as u64,
+            }),
+            Ok(Err(e)) => Err(sandbox::classify(e, &guest, limits, &store.data().stderr())),
+            Ok(Ok(d)) => {
+                let size = match &d {
+                    W::Allow => 0,
+                    W::Block(s) | W::Rewrite(s) | W::Ask(s) => s.len(),
+                };
+                if size > limits.max_output {
+                    return Err(GuestError::OutputTooLarge {
+                        guest,
+                        size,
+                        limit: limits.max_output,
+                    });
+                }
+                Ok(match d {
+                    W::Allow => BeforeDecision::Allow,
+                    W::Block(r) => BeforeDecision::Block(r),
+                    W::Rewrite(a) => BeforeDecision::Rewrite(a),
+                    W::Ask(r) => BeforeDecision::Ask(r),
+                })
+            }
+        }
+    }
+
+    async fn after(
+        &self,
+        hook: &HookDef,
+        ctx: &CallContext,
+        tool: &str,
+        arguments: &str,
+        output: &ToolOutput,
+        observer: Arc<dyn CallObserver>,
+    ) -> Result<AfterDecision, GuestError> {
+        use crate::bindings::v0_1_0::hook::exports::warden::plugin::hooks::AfterDecision as W;
+        let plugin = self.plugin(&hook.guest.plugin)?;
+        let guest = plugin.guest().to_string();
+        let Provides::Hooks { pre, .. } = &plugin.provides else {
+            return Err(GuestError::Unavailable {
+                guest,
+                message: "it is a tool plugin, not a hook plugin".into(),
+            });
+        };
+        let limits = &plugin.limits;
+        let mut store = sandbox::store(&self.sandbox.engine, &plugin.name, &plugin.grants, limits, Some(&ctx.directory), Some(observer))?;
+        let wctx = wit_ctx(ctx);
+        let current = wit::ToolOutput {
+            output: output.output.clone(),
+            title: output.title.clone(),
+            metadata: output.metadata.to_string(),
+        };
+        let result = tokio::time::timeout(limits.timeout, async {
+            let instance = pre.instantiate_async(&mut store).await?;
+            instance
+                .warden_plugin_hooks()
+                .call_after(&mut store, &wctx, tool, arguments, &current)
+                .await
+        })
+        .await;
+        match result {
+            Err(_) => Err(GuestError::Timeout {
+                guest,
+                limit_ms: limits.timeout.as_millis() as u64,
+            }),
+            Ok(Err(e)) => Err(sandbox::classify(e, &guest, limits, &store.data().stderr())),
+            Ok(Ok(W::Keep)) => Ok(AfterDecision::Keep),
+            Ok(Ok(W::Rewrite(o))) => checked_output(o, &guest, limits).map(AfterDecision::Rewrite),
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! Loading a plugin: check its integrity, compile (or load from the cache),
+//! find which world it implements, pre-instantiate it, and read and check
+//! its self-description.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::Value;
+use warden_core::config::{Grants, ToolSettings};
+use warden_core::tool::{GuestRef, HookDef, PatternSource, ToolDef};
+
+use crate::bindings::v0_1_0::{hook, tool};
+use crate::engine::{Sandbox, sha256_hex};
+use crate::error::RuntimeError;
+use crate::sandbox::{self, GuestState, Limits, World};
+
+/// The contract versions this host loads, newest first.
+pub const SUPPORTED_CONTRACTS: &[&str] = &["warden:plugin@0.1.0"];
+
+/// What a loaded plugin provides.
+pub enum Provides {
+    Tools {
+        pre: tool::ToolPluginPre<GuestState>,
+        tools: Vec<ToolDef>,
+    },
+    Hooks {
+        pre: hook::HookPluginPre<GuestState>,
+        hook: HookDef,
+    },
+}
+
+/// A plugin ready to be called.
+pub struct LoadedPlugin {
+    pub name: Arc<str>,
+    /// sha256 of the component.
+    pub hash: String,
+    /// Where it was loaded from (`None` for built-ins, which are embedded).
+    pub path: Option<PathBuf>,
+    pub builtin: bool,
+    /// The contract version it was built against.
+    pub contract: &'static str,
+    pub grants: Grants,
+    pub limits: Limits,
+    pub size: usize,
+    pub provides: Provides,
+}
+
+impl LoadedPlugin {
+    /// Its identity for audit and errors.
+    pub fn guest(&self) -> GuestRef {
+        GuestRef {
+            plugin: self.name.to_string(),
+            hash: self.hash.clone(),
+        }
+    }
+
+    /// The tools it provides (none for a hook plugin).
+    pub fn tools(&self) -> &[ToolDef] {
+        match &self.provides {
+            Provides::Tools { tools, .. } => tools,
+            Provides::Hooks { .. } => &[],
+        }
+    }
+
+    /// Its hook, if it is a hook plugin.
+    pub fn hook(&self) -> Option<&HookDef> {
+        match &self.provides {
+            Provides::Hooks { hook, .. } => Some(hook),
+            Provides::Tools { .. } => None,
+        }
+    }
+}
+
+/// What the operator said about a plugin.
+pub struct PluginSource<'a> {
+    pub name: &'a str,
+    pub bytes: &'a [u8],
+    pub path: Option<PathBuf>,
+    pub builtin: bool,
+    pub sha256: Option<&'a str>,
+    pub grants: Grants,
+    pub tools: &'a BTreeMap<String, ToolSettings>,
+    pub fail_open: bool,
+}
+
+/// Load one plugin.
+pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlugin, RuntimeError> {
+    let name: Arc<str> = src.name.into();
+    let hash = sha256_hex(src.bytes);
+    if let Some(expected) = src.sha256
+        && !expected.eq_ignore_ascii_case(&hash)
+    {
+        return Err(RuntimeError::Integrity {
+            plugin: name.to_string(),
+            path: src.path.as_ref().map_or("(embedded)".into(), |p| p.display().to_string()),
+            expected: expected.to_string(),
+            actual: hash,
+        });
+    }
+    let contract_err = |reason: String| RuntimeError::Contract {
+        plugin: name.to_string(),
+        reason,
+    };
+    let component = sandbox.component(src.bytes, &hash).map_err(|e| contract_err(e.to_string()))?;
+
+    let exports: BTreeSet<String> = component
+        .component_type()
+        .exports(&sandbox.engine)
+        .map(|(n, _)| n.to_string())
+        .collect();
+    let world = if exports.contains("warden:plugin/tool@0.1.0") {
+        World::Tool
+    } else if exports.contains("warden:plugin/hooks@0.1.0") {
+        World::Hook
+    } else {
+        return Err(contract_err(format!(
+            "it exports neither warden:plugin/tool nor warden:plugin/hooks of a supported version ({}); it exports: {}",
+            SUPPORTED_CONTRACTS.join(", "),
+            if exports.is_empty() { "nothing".to_string() } else { exports.into_iter().collect::<Vec<_>>().join(", ") }
+        )));
+    };
+
+    let linker = sandbox::linker(&sandbox.engine, &component, world).map_err(|e| contract_err(format!("{e:#}")))?;
+    let pre = linker
+        .instantiate_pre(&component)
+        .map_err(|e| contract_err(format!("cannot be linked: {e:#}")))?;
+    let limits = Limits::of(&src.grants);
+    let guest = GuestRef {
+        plugin: name.to_string(),
+        hash: hash.clone(),
+    };
+    let describe_err = |reason: String| RuntimeError::Describe {
+        plugin: name.to_string(),
+        reason,
+    };
+
+    // The self-description runs like any guest call: in a fresh store, with
+    // its limits, but with no files or environment.
+    let mut store = sandbox::store(&sandbox.engine, &name, &Grants { dirs: Vec::new(), env: Vec::new(), ..src.grants.clone() }, &limits, None, None)
+        .map_err(|e| describe_err(e.to_string()))?;
+    let provides = match world {
+        World::Tool => {
+            let pre = tool::ToolPluginPre::new(pre).map_err(|e| contract_err(format!("{e:#}")))?;
+            let described = tokio::time::timeout(limits.timeout, async {
+                let instance = pre.instantiate_async(&mut store).await?;
+                instance.warden_plugin_tool().call_describe(&mut store).await
+            })
+            .await
+            .map_err(|_| describe_err(format!("describe ran past the time limit of {} ms", limits.timeout.as_millis())))?
+            .map_err(|e| describe_err(sandbox::classify(e, &guest.to_string(), &limits, &store.data().stderr()).to_string()))?;
+            let tools = check_tools(&guest, described, src.tools).map_err(describe_err)?;
+            Provides::Tools { pre, tools }
+        }
+        World::Hook => {
+            let pre = hook::HookPluginPre::new(pre).map_err(|e| contract_err(format!("{e:#}")))?;
+            let spec = tokio::time::timeout(limits.timeout, async {
+                let instance = pre.instantiate_async(&mut store).await?;
+                instance.warden_plugin_hooks().call_describe(&mut store).await
+            })
+            .await
+            .map_err(|_| describe_err(format!("describe ran past the time limit of {} ms", limits.timeout.as_millis())))?
+            .map_err(|e| describe_err(sandbox::classify(e, &guest.to_string(), &limits, &store.data().stderr()).to_string()))?;
+            if spec.before.is_empty() && spec.after.is_empty() {
+                return Err(describe_err("the hook wants no tool calls (both its before and after lists are empty)".into()));
+            }
+            for g in spec.before.iter().chain(spec.after.iter()) {
+                if g.is_empty() || g.len() > 200 {
+                    return Err(describe_err(format!("{g:?} is not a usable tool pattern")));
+                }
+            }
+            Provides::Hooks {
+                pre,
+                hook: HookDef {
+                    guest: guest.clone(),
+                    before: spec.before,
+                    after: spec.after,
+                    fail_open: src.fail_open,
+                },
+            }
+        }
+    };
+
+    Ok(LoadedPlugin {
+        name,
+        hash,
+        path: src.path,
+        builtin: src.builtin,
+        contract: SUPPORTED_CONTRACTS[0],
+        grants: src.grants,
+        limits,
+        size: src.bytes.len(),
+        provides,
+    })
+}
+
+/// Check a tool plugin's self-description and apply the operator's settings.
+fn check_tools(
+    guest: &GuestRef,
+    specs: Vec<tool::warden::plugin::types::ToolSpec>,
+    settings: &BTreeMap<String, ToolSettings>,
+) -> Result<Vec<ToolDef>, String> {
+    if specs.is_empty() {
+        return Err("it provides no tools".into());
+    }
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for s in specs {
+        let id_ok = !s.id.is_empty()
+            && s.id.len() <= 64
+            && s.id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+        if !id_ok {
+            return Err(format!(
+                "tool id {:?} must be 1-64 characters of a-z, 0-9, _ and -",
+                s.id.chars().take(80).collect::<String>()
+            ));
+        }
+        if !seen.insert(s.id.clone()) {
+            return Err(format!("tool {} is described twice", s.id));
+        }
+        if s.description.trim().is_empty() || s.description.len() > 8192 {
+            return Err(format!("tool {} needs a description of at most 8 KiB", s.id));
+        }
+        let parameters: Value = serde_json::from_str(&s.parameters)
+            .map_err(|e| format!("tool {}: parameters are not JSON Schema text ({e})", s.id))?;
+        match parameters.get("type") {
+            Some(Value::String(t)) if t == "object" => {}
+            _ => return Err(format!("tool {}: parameters must be a JSON Schema with \"type\": \"object\"", s.id)),
+        }
+        let set = settings.get(&s.id).cloned().unwrap_or_default();
+        let pattern = match (&set.path_arg, &set.url_arg) {
+            (Some(a), _) => PatternSource::Path(a.clone()),
+            (None, Some(a)) => PatternSource::Url(a.clone()),
+            (None, None) => PatternSource::None,
+        };
+        out.push(ToolDef {
+            permission: set.permission.clone().unwrap_or_else(|| s.id.clone()),
+            id: s.id,
+            description: s.description,
+            parameters,
+            pattern,
+            guest: guest.clone(),
+        });
+    }
+    for name in settings.keys() {
+        if !seen.contains(name) {
+            return Err(format!(
+                "the config has settings for a tool {name} that this plugin does not provide (it provides: {})",
+                seen.iter().cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,295 @@
+//! One guest call's sandbox: a fresh store holding only what the plugin was
+//! granted, and the linker that decides which imports exist at all.
+//!
+//! Default is no authority. The WASI context starts empty (no files, no
+//! environment, no stdin, no network); each grant is an explicit builder
+//! call. `wasi:sockets` is never linked, so no raw TCP/UDP/DNS path exists;
+//! any import the host does not provide is defined to trap.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use wasmtime::component::{Component, HasData, Linker, ResourceTable};
+use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use warden_core::config::{DirMode, Grants};
+use warden_core::tool::{CallObserver, GuestError};
+
+use crate::bindings::v0_1_0::tool::warden::plugin::{host, types};
+
+/// What a guest may print before its writes start failing.
+const STDIO_CAP: usize = 64 * 1024;
+/// The longest log line kept from a guest.
+const LOG_LINE_CAP: usize = 4096;
+
+/// The state of one guest instance.
+pub struct GuestState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: StoreLimits,
+    observer: Option<Arc<dyn CallObserver>>,
+    plugin: Arc<str>,
+    stderr: MemoryOutputPipe,
+}
+
+impl WasiView for GuestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl GuestState {
+    /// What the guest wrote to stderr (a Rust panic message lands here).
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.contents()).trim().to_string()
+    }
+}
+
+impl types::Host for GuestState {}
+
+impl host::Host for GuestState {
+    fn log(&mut self, level: host::LogLevel, message: String) -> wasmtime::Result<()> {
+        let message: String = message.chars().take(LOG_LINE_CAP).collect();
+        let plugin = &*self.plugin;
+        match level {
+            host::LogLevel::Debug => tracing::debug!(plugin, "{message}"),
+            host::LogLevel::Info => tracing::info!(plugin, "{message}"),
+            host::LogLevel::Warn => tracing::warn!(plugin, "{message}"),
+            host::LogLevel::Error => tracing::error!(plugin, "{message}"),
+        }
+        Ok(())
+    }
+
+    fn progress(&mut self, title: Option<String>, metadata: String) -> wasmtime::Result<()> {
+        let Some(observer) = &self.observer else { return Ok(()) };
+        match serde_json::from_str::<Value>(&metadata) {
+            Ok(v @ Value::Object(_)) => observer.progress(title.map(|t| t.chars().take(200).collect()), v),
+            _ => tracing::warn!(plugin = &*self.plugin, "progress metadata is not a JSON object; ignored"),
+        }
+        Ok(())
+    }
+
+    async fn ask(&mut self, permission: String, patterns: Vec<String>, metadata: String) -> Result<(), String> {
+        let Some(observer) = self.observer.clone() else {
+            return Err("nobody can be asked while the plugin is loading".into());
+        };
+        let metadata = serde_json::from_str(&metadata).unwrap_or(Value::Null);
+        observer.ask(permission, patterns, metadata).await
+    }
+}
+
+struct HasIo;
+
+impl HasData for HasIo {
+    type Data<'a> = &'a mut ResourceTable;
+}
+
+/// Which world a plugin implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum World {
+    Tool,
+    Hook,
+}
+
+/// A linker for one component: the WASI interfaces a sandbox may offer (not
+/// sockets), the warden host interface, and traps for everything else.
+pub fn linker(engine: &Engine, component: &Component, world: World) -> wasmtime::Result<Linker<GuestState>> {
+    use wasmtime_wasi::cli::{WasiCli, WasiCliView};
+    use wasmtime_wasi::clocks::{WasiClocks, WasiClocksView};
+    use wasmtime_wasi::filesystem::{WasiFilesystem, WasiFilesystemView};
+    use wasmtime_wasi::p2::bindings::{cli, clocks, filesystem, random};
+    use wasmtime_wasi::random::{WasiRandom, WasiRandomView};
+
+    let mut l = Linker::<GuestState>::new(engine);
+    wasmtime_wasi_io::bindings::wasi::io::error::add_to_linker::<GuestState, HasIo>(&mut l, |t| &mut t.table)?;
+    wasmtime_wasi_io::bindings::wasi::io::poll::add_to_linker::<GuestState, HasIo>(&mut l, |t| &mut t.table)?;
+    wasmtime_wasi_io::bindings::wasi::io::streams::add_to_linker::<GuestState, HasIo>(&mut l, |t| &mut t.table)?;
+    clocks::wall_clock::add_to_linker::<GuestState, WasiClocks>(&mut l, GuestState::clocks)?;
+    clocks::monotonic_clock::add_to_linker::<GuestState, WasiClocks>(&mut l, GuestState::clocks)?;
+    filesystem::types::add_to_linker::<GuestState, WasiFilesystem>(&mut l, GuestState::filesystem)?;
+    filesystem::preopens::add_to_linker::<GuestState, WasiFilesystem>(&mut l, GuestState::filesystem)?;
+    random::random::add_to_linker::<GuestState, WasiRandom>(&mut l, GuestState::random)?;
+    random::insecure::add_to_linker::<GuestState, WasiRandom>(&mut l, GuestState::random)?;
+    random::insecure_seed::add_to_linker::<GuestState, WasiRandom>(&mut l, GuestState::random)?;
+    cli::exit::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
+    cli::environment::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
+    cli::stdin::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
+    cli::stdout::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
+    cli::stderr::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
+    cli::terminal_input::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
+    cli::terminal_output::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
+    cli::terminal_stdin::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
+    cli::terminal_stdout::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
+    cli::terminal_stderr::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
+    match world {
+        World::Tool => {
+            crate::bindings::v0_1_0::tool::ToolPlugin::add_to_linker::<GuestState, wasmtime::component::HasSelf<GuestState>>(
+                &mut l,
+                |s| s,
+            )?
+        }
+        World::Hook => {
+            crate::bindings::v0_1_0::hook::HookPlugin::add_to_linker::<GuestState, wasmtime::component::HasSelf<GuestState>>(
+                &mut l,
+                |s| s,
+            )?
+        }
+    }
+    l.define_unknown_imports_as_traps(component)?;
+    Ok(l)
+}
+
+/// The limits a store is built with.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub memory_bytes: usize,
+    pub timeout: Duration,
+    pub max_output: usize,
+}
+
+impl Limits {
+    pub fn of(grants: &Grants) -> Limits {
+        Limits {
+            memory_bytes: (grants.memory_mb.max(1) << 20) as usize,
+            timeout: Duration::from_millis(grants.timeout_ms.max(1)),
+            max_output: (grants.max_output_kb.max(1) * 1024) as usize,
+        }
+    }
+}
+
+/// A fresh store for one call with exactly the plugin's grants. `directory`
+/// is the session's working directory (`.` in a directory grant).
+pub fn store(
+    engine: &Engine,
+    plugin: &Arc<str>,
+    grants: &Grants,
+    limits: &Limits,
+    directory: Option<&str>,
+    observer: Option<Arc<dyn CallObserver>>,
+) -> Result<Store<GuestState>, GuestError> {
+    let guest = || format!("plugin {plugin}");
+    let mut b = WasiCtxBuilder::new();
+    // Blocking file I/O on the current thread is several times faster than
+    // hopping to a blocking pool, and calls are bounded by their time limit.
+    b.allow_blocking_current_thread(true);
+    for var in &grants.env {
+        if let Ok(value) = std::env::var(var) {
+            b.env(var, value);
+        }
+    }
+    for dir in &grants.dirs {
+        let host = resolve_dir(&dir.path, directory).map_err(|message| GuestError::Unavailable {
+            guest: guest(),
+            message,
+        })?;
+        let perms = match dir.mode {
+            DirMode::ReadOnly => FsPerms::ReadOnly,
+            DirMode::ReadWrite => FsPerms::ReadWrite,
+        };
+        let guest_path = host.to_string_lossy().into_owned();
+        b.preopened_dir(&host, &guest_path, perms).map_err(|e| GuestError::Unavailable {
+            guest: guest(),
+            message: format!("cannot open the granted directory {}: {e}", host.display()),
+        })?;
+    }
+    let stderr = MemoryOutputPipe::new(STDIO_CAP);
+    b.stdout(MemoryOutputPipe::new(STDIO_CAP));
+    b.stderr(stderr.clone());
+
+    let state = GuestState {
+        wasi: b.build(),
+        table: ResourceTable::new(),
+        limits: StoreLimitsBuilder::new()
+            .memory_size(limits.memory_bytes)
+            .instances(64)
+            .tables(64)
+            .memories(16)
+            .trap_on_grow_failure(true)
+            .build(),
+        observer,
+        plugin: plugin.clone(),
+        stderr,
+    };
+    let mut store = Store::new(engine, state);
+    store.limiter(|s| &mut s.limits);
+    let started = Instant::now();
+    let timeout = limits.timeout;
+    store.set_epoch_deadline(1);
+    // Every tick the guest yields to the async runtime, so a busy guest never
+    // starves other sessions; past its time limit it is interrupted.
+    store.epoch_deadline_callback(move |_| {
+        if started.elapsed() >= timeout {
+            Ok(UpdateDeadline::Interrupt)
+        } else {
+            Ok(UpdateDeadline::Yield(1))
+        }
+    });
+    Ok(store)
+}
+
+/// A granted directory as a host path: absolute, or relative to the session's
+/// working directory; it must exist.
+fn resolve_dir(path: &str, directory: Option<&str>) -> Result<PathBuf, String> {
+    let p = Path::new(path);
+    let joined = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        match directory {
+            Some(d) => Path::new(d).join(p),
+            None => return Err(format!("the directory grant {path:?} is relative, and this call has no working directory")),
+        }
+    };
+    let canonical = std::fs::canonicalize(&joined)
+        .map_err(|e| format!("the granted directory {} cannot be used: {e}", joined.display()))?;
+    if !canonical.is_dir() {
+        return Err(format!("the granted path {} is not a directory", canonical.display()));
+    }
+    Ok(canonical)
+}
+
+/// Turn a wasmtime failure into what the model and the operator are told,
+/// naming the guest and the cause.
+pub fn classify(err: wasmtime::Error, guest: &str, limits: &Limits, stderr: &str) -> GuestError {
+    let text = format!("{err:?}");
+    if let Some(trap) = err.downcast_ref::<wasmtime::Trap>() {
+        match trap {
+            wasmtime::Trap::Interrupt => {
+                return GuestError::Timeout {
+                    guest: guest.to_string(),
+                    limit_ms: limits.timeout.as_millis() as u64,
+                };
+            }
+            wasmtime::Trap::StackOverflow => {
+                return GuestError::Trap {
+                    guest: guest.to_string(),
+                    message: "stack overflow (unbounded recursion?)".into(),
+                };
+            }
+            _ => {}
+        }
+    }
+    if text.contains("forcing a memory growth failure") || text.contains("memory allocation of") || stderr.contains("memory allocation of") {
+        return GuestError::OutOfMemory {
+            guest: guest.to_string(),
+            limit_mb: (limits.memory_bytes >> 20) as u64,
+        };
+    }
+    let mut message = match err.downcast_ref::<wasmtime::Trap>() {
+        Some(t) => format!("wasm trap: {t}"),
+        None => format!("{err:#}"),
+    };
+    if let Some(panic) = stderr.lines().find(|l| l.contains("panicked at")).map(str::to_string) {
+        let detail: Vec<&str> = stderr.lines().skip_while(|l| !l.contains("panicked at")).take(3).collect();
+        message = format!("{} ({message})", if detail.len() > 1 { detail.join(" ") } else { panic });
+    }
+    GuestError::Trap {
+        guest: guest.to_string(),
+        message,
+    }
+}
