@@ -1,1 +1,110 @@
-fn main() {}
+//! The `warden` command line. Front end only: it builds the core and the
+//! plugin runtime from the config, then renders bus events.
+
+mod app;
+mod demo;
+mod plugin_cmd;
+mod render;
+mod run;
+mod session_cmd;
+mod trace;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// warden: an agent host whose tools and hooks are sandboxed WebAssembly components.
+#[derive(Parser)]
+#[command(name = "warden", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every command that opens the ledger takes.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Common {
+    /// Where the ledger and the compiled-plugin cache live.
+    #[arg(long, env = "WARDEN_DATA_DIR", global = true)]
+    pub data_dir: Option<PathBuf>,
+    /// The config file (default: warden.json in the working directory, if present).
+    #[arg(long, env = "WARDEN_CONFIG", global = true)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// For people: live tool states and the answer.
+    #[default]
+    Text,
+    /// One JSON event per line.
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Send one prompt and run the session until the model has answered.
+    Run(run::RunArgs),
+    /// The offline demo: a scripted model reads package.json in a scratch project.
+    Demo {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// List, show, export or resume sessions.
+    Session {
+        #[command(subcommand)]
+        command: session_cmd::SessionCommand,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The timeline of every tool call of a session, with times and durations.
+    Trace {
+        /// The session id.
+        id: String,
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Inspect the plugins the config loads.
+    Plugin {
+        #[command(subcommand)]
+        command: plugin_cmd::PluginCommand,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG").unwrap_or_else(|_| "error".into()),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+            Command::Demo { common } => demo::demo(common).await,
+            Command::Session { command, common } => session_cmd::session(command, common).await,
+            Command::Trace { id, format, common } => trace::trace(&id, format, common),
+            Command::Plugin { command, common } => plugin_cmd::plugin(command, common).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -141,8 +141,78 @@ pub fn linker(engine: &Engine, component: &Component, world: World) -> wasmtime:
             )?
         }
     }
-    l.define_unknown_imports_as_traps(component)?;
+    stub_missing(&mut l, engine, component)?;
     Ok(l)
+}
+
+/// The interfaces [`linker`] provides, by name without version (the linker
+/// matches versions semver-compatibly: a guest built against wasi 0.2.6 is
+/// served by the host's 0.2.x).
+const PROVIDED: &[&str] = &[
+    "wasi:io/error",
+    "wasi:io/poll",
+    "wasi:io/streams",
+    "wasi:clocks/wall-clock",
+    "wasi:clocks/monotonic-clock",
+    "wasi:filesystem/types",
+    "wasi:filesystem/preopens",
+    "wasi:random/random",
+    "wasi:random/insecure",
+    "wasi:random/insecure-seed",
+    "wasi:cli/exit",
+    "wasi:cli/environment",
+    "wasi:cli/stdin",
+    "wasi:cli/stdout",
+    "wasi:cli/stderr",
+    "wasi:cli/terminal-input",
+    "wasi:cli/terminal-output",
+    "wasi:cli/terminal-stdin",
+    "wasi:cli/terminal-stdout",
+    "wasi:cli/terminal-stderr",
+    "warden:plugin/host",
+    "warden:plugin/types",
+];
+
+/// Define every import the host does not provide (wasi:sockets above all) as
+/// functions that trap with a message naming the import, so such a guest
+/// still loads and fails only if it really uses one.
+fn stub_missing(l: &mut Linker<GuestState>, engine: &Engine, component: &Component) -> wasmtime::Result<()> {
+    use wasmtime::component::types::ComponentItem;
+    for (name, item) in component.component_type().imports(engine) {
+        let unversioned = name.split('@').next().unwrap_or(name);
+        if PROVIDED.contains(&unversioned) {
+            continue;
+        }
+        let ComponentItem::ComponentInstance(instance) = item.ty else {
+            anyhow_bail(format!("the component imports {name}, which is not an interface warden can provide"))?;
+            continue;
+        };
+        let mut li = l.instance(name)?;
+        for (export, ty) in instance.exports(engine) {
+            let qualified = format!("{name}#{export}");
+            match ty.ty {
+                ComponentItem::ComponentFunc(_) => li.func_new(export, move |_, _, _, _| {
+                    Err(wasmtime::format_err!(
+                        "the plugin called `{qualified}`, which warden does not provide to plugins{}",
+                        if qualified.starts_with("wasi:sockets") {
+                            " (raw sockets are never available; outgoing HTTP goes through wasi:http and the plugin's host grants)"
+                        } else {
+                            ""
+                        }
+                    ))
+                })?,
+                ComponentItem::Resource(_) => {
+                    li.resource(export, wasmtime::component::ResourceType::host::<()>(), |_, _| Ok(()))?
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+fn anyhow_bail(message: String) -> wasmtime::Result<()> {
+    Err(wasmtime::format_err!("{message}"))
 }
 
 /// The limits a store is built with.

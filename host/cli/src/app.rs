@@ -1,0 +1,64 @@
+//! Building the pieces a command needs from the data dir and the config.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use warden_core::llm::Models;
+use warden_core::{Bus, Config, Core, CoreOptions, Ledger};
+use warden_runtime::WasmHost;
+
+use crate::Common;
+
+/// The data dir: `--data-dir`, `WARDEN_DATA_DIR`, or the platform's data dir.
+pub fn data_dir(common: &Common) -> Result<PathBuf> {
+    if let Some(d) = &common.data_dir {
+        return Ok(d.clone());
+    }
+    let base = dirs::data_dir().context("no data directory on this platform; pass --data-dir")?;
+    Ok(base.join("warden"))
+}
+
+/// The config: `--config`, `WARDEN_CONFIG`, `warden.json` in `dir`, or the defaults.
+pub fn config(common: &Common, dir: &Path) -> Result<(Config, Option<PathBuf>)> {
+    let path = match &common.config {
+        Some(p) => Some(p.clone()),
+        None => {
+            let p = dir.join("warden.json");
+            p.exists().then_some(p)
+        }
+    };
+    match path {
+        Some(p) => {
+            let c = Config::load(&p).map_err(|e| anyhow::anyhow!(e))?;
+            Ok((c, Some(p)))
+        }
+        None => Ok((Config::default(), None)),
+    }
+}
+
+/// Open the ledger in the data dir.
+pub fn ledger(data_dir: &Path) -> Result<Ledger> {
+    let path = data_dir.join("ledger.db");
+    Ledger::open(&path, Bus::new()).with_context(|| format!("cannot open the ledger at {}", path.display()))
+}
+
+/// Everything a session needs.
+pub struct App {
+    pub core: Core,
+    pub data_dir: PathBuf,
+}
+
+/// Load the plugins and build the core.
+pub async fn build(common: &Common, dir: &Path) -> Result<App> {
+    let data_dir = data_dir(common)?;
+    let (config, _) = config(common, dir)?;
+    let ledger = ledger(&data_dir)?;
+    let host = Arc::new(
+        WasmHost::load(&config, Some(data_dir.join("cache").join("components")))
+            .await
+            .context("cannot load the plugins")?,
+    );
+    let core = Core::new(ledger, host.clone(), Arc::new(Models::new()), config, CoreOptions::default())?;
+    Ok(App { core, data_dir })
+}

@@ -1,0 +1,101 @@
+//! `warden run`: one prompt, non-interactive.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use warden_core::PromptInput;
+use warden_core::llm::Models;
+use warden_protocol::{MessageInfo, MessageWithParts, SessionId};
+
+use crate::{Common, Format, app, render};
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The prompt.
+    pub prompt: String,
+    /// The model: provider/model, or scripted:PATH for a cassette.
+    #[arg(long, short)]
+    pub model: Option<String>,
+    /// The working directory the tools see (default: the current directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// The agent (default: build).
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Continue this session instead of starting a new one.
+    #[arg(long)]
+    pub session: Option<String>,
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+pub async fn run(args: RunArgs) -> Result<ExitCode> {
+    let dir = match &args.dir {
+        Some(d) => d.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let model = match &args.model {
+        Some(m) => Some(Models::parse(m).map_err(|e| anyhow::anyhow!(e))?),
+        None => None,
+    };
+    // A relative cassette path is relative to where the user is, not to --dir.
+    let model = model.map(|mut m| {
+        if m.provider == "scripted" {
+            let p = PathBuf::from(&m.model);
+            if p.is_relative()
+                && let Ok(cwd) = std::env::current_dir()
+            {
+                m.model = cwd.join(p).to_string_lossy().into_owned();
+            }
+        }
+        m
+    });
+    let app = app::build(&args.common, &dir).await?;
+    let session = match &args.session {
+        Some(id) => app.core.ledger().session(&SessionId(id.clone()))?,
+        None => app.core.create_session(&dir, &args.prompt)?,
+    };
+    let input = PromptInput {
+        session_id: session.id.clone(),
+        text: args.prompt.clone(),
+        agent: args.agent.clone(),
+        model,
+        ..PromptInput::default()
+    };
+    let core = app.core.clone();
+    let result = render::drive(&app.core, &session.id, args.format, async move { core.prompt(input).await }).await;
+    finish(args.format, &session.id, result)
+}
+
+/// Print how a run ended and choose the exit code.
+pub fn finish(format: Format, session: &SessionId, result: warden_core::Result<MessageWithParts>) -> Result<ExitCode> {
+    let message = match result {
+        Ok(m) => m,
+        Err(e) => {
+            if format == Format::Json {
+                println!("{}", serde_json::json!({"type": "run.finished", "session_id": session, "error": e.to_string()}));
+            }
+            return Err(e.into());
+        }
+    };
+    let error = match &message.info {
+        MessageInfo::Assistant(a) => a.error.clone(),
+        MessageInfo::User(_) => None,
+    };
+    if format == Format::Json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "type": "run.finished",
+                "session_id": session,
+                "message_id": message.info.id(),
+                "text": message.text(),
+                "error": error.as_ref().map(|e| e.message().to_string()),
+            })
+        );
+    }
+    Ok(if error.is_some() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}

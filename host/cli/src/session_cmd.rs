@@ -1,0 +1,147 @@
+//! `warden session list|show|export|resume`.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Subcommand;
+use serde_json::json;
+use warden_protocol::{MessageInfo, MessageWithParts, PartBody, SessionId, ToolState};
+
+use crate::{Common, Format, app, render, run};
+
+#[derive(Subcommand)]
+pub enum SessionCommand {
+    /// Every session in the ledger, newest first.
+    List {
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+    /// A session's messages and parts.
+    Show {
+        id: String,
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+    /// Everything recorded about a session, as JSON: messages, part timeline, audit trail.
+    Export {
+        id: String,
+        /// Only json is supported; accepted for symmetry with the other commands.
+        #[arg(long, value_enum, default_value = "json")]
+        format: Format,
+    },
+    /// Continue a session from the ledger alone (after a crash, or to retry).
+    Resume {
+        id: String,
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+}
+
+pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode> {
+    let data_dir = app::data_dir(&common)?;
+    match command {
+        SessionCommand::List { format } => {
+            let ledger = app::ledger(&data_dir)?;
+            let sessions = ledger.sessions()?;
+            if format == Format::Json {
+                println!("{}", serde_json::to_string_pretty(&sessions)?);
+            } else if sessions.is_empty() {
+                println!("no sessions in {}", ledger.path());
+            } else {
+                for s in sessions {
+                    println!("{}  {}  {}  {}", s.id, time(s.updated), clip(&s.title, 50), s.directory);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SessionCommand::Show { id, format } => {
+            let ledger = app::ledger(&data_dir)?;
+            let id = SessionId(id);
+            let info = ledger.session(&id)?;
+            let messages = ledger.messages(&id)?;
+            if format == Format::Json {
+                println!("{}", serde_json::to_string_pretty(&json!({"session": info, "messages": messages}))?);
+            } else {
+                println!("session {}  {}", info.id, info.directory);
+                for m in &messages {
+                    show_message(m);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SessionCommand::Export { id, format: _ } => {
+            let ledger = app::ledger(&data_dir)?;
+            let id = SessionId(id);
+            let export = json!({
+                "session": ledger.session(&id)?,
+                "messages": ledger.messages(&id)?,
+                "part_events": ledger.part_events(&id)?,
+                "audit": ledger.audit_trail(&id)?,
+            });
+            println!("{}", serde_json::to_string_pretty(&export)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        SessionCommand::Resume { id, format } => {
+            let ledger = app::ledger(&data_dir)?;
+            let id = SessionId(id);
+            let info = ledger.session(&id)?;
+            drop(ledger);
+            let app = app::build(&common, std::path::Path::new(&info.directory)).await?;
+            let core = app.core.clone();
+            let sid = id.clone();
+            let result = render::drive(&app.core, &id, format, async move { core.run(&sid).await }).await;
+            run::finish(format, &id, result)
+        }
+    }
+}
+
+fn show_message(m: &MessageWithParts) {
+    match &m.info {
+        MessageInfo::User(u) => println!("\n[user {}] agent {} model {}", u.id, u.agent, u.model),
+        MessageInfo::Assistant(a) => {
+            let finish = a.finish.map_or("-", |f| f.as_str());
+            println!(
+                "\n[assistant {}] finish {finish}  tokens in {} out {}  cost ${:.6}",
+                a.id, a.tokens.input, a.tokens.output, a.cost
+            );
+            if let Some(e) = &a.error {
+                println!("  error: {}", e.message());
+            }
+        }
+    }
+    for p in &m.parts {
+        match &p.body {
+            PartBody::Text { text, .. } => println!("{text}"),
+            PartBody::Reasoning { text, .. } => println!("(reasoning) {}", clip(text, 200)),
+            PartBody::Tool { call_id, tool, state, .. } => {
+                let summary = match state {
+                    ToolState::Completed { title, output, .. } => format!("completed: {title} ({} bytes)", output.len()),
+                    ToolState::Error { error, interrupted, .. } => {
+                        format!("error{}: {}", if *interrupted { " (interrupted)" } else { "" }, clip(error, 200))
+                    }
+                    other => other.status().to_string(),
+                };
+                println!("  tool {tool} {call_id} {} -> {summary}", clip(&state.input().to_string(), 100));
+            }
+            PartBody::StepStart {} => {}
+            PartBody::StepFinish { reason, tokens, .. } => {
+                println!("  step finished: {} (in {} / out {})", reason.as_str(), tokens.input, tokens.output)
+            }
+            PartBody::Compaction { .. } => println!("  (compaction)"),
+        }
+    }
+}
+
+pub fn time(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+pub fn clip(s: &str, max: usize) -> String {
+    let one = s.replace('\n', " ");
+    if one.chars().count() <= max {
+        one
+    } else {
+        format!("{}…", one.chars().take(max).collect::<String>())
+    }
+}
