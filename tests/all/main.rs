@@ -1,1 +1,12 @@
+//! Integration tests: the real `warden` binary, real SQLite ledgers, real
+//! wasm components. One binary of modules, so the build happens once.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+mod bad_input;
+mod cli;
+mod crash;
+mod loop_rules;
+mod read_tool;

@@ -54,15 +54,24 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         m
     });
     let app = app::build(&args.common, &dir).await?;
-    let session = match &args.session {
-        Some(id) => app.core.ledger().session(&SessionId(id.clone()))?,
+    let existing = args.session.as_ref().map(|id| SessionId(id.clone()));
+    if let Some(id) = &existing {
+        app.core.ledger().session(id)?;
+    }
+    if args.prompt.trim().is_empty() {
+        anyhow::bail!("the prompt is empty");
+    }
+    // Check the model before creating a session, so a bad one writes nothing.
+    let model = app.core.choose_model(model.as_ref(), args.agent.as_deref(), existing.as_ref())?;
+    let session = match existing {
+        Some(id) => app.core.ledger().session(&id)?,
         None => app.core.create_session(&dir, &args.prompt)?,
     };
     let input = PromptInput {
         session_id: session.id.clone(),
         text: args.prompt.clone(),
         agent: args.agent.clone(),
-        model,
+        model: Some(model),
         ..PromptInput::default()
     };
     let core = app.core.clone();

@@ -201,8 +201,20 @@ fn stub_missing(l: &mut Linker<GuestState>, engine: &Engine, component: &Compone
                         }
                     ))
                 })?,
+                // A stubbed interface may re-export resources of interfaces the
+                // host does provide (a socket's `pollable`, `input-stream`...);
+                // those must keep the host's own type. Its own resources get a
+                // placeholder type: nothing can ever create one.
                 ComponentItem::Resource(_) => {
-                    li.resource(export, wasmtime::component::ResourceType::host::<()>(), |_, _| Ok(()))?
+                    use wasmtime::component::ResourceType;
+                    let ty = match export {
+                        "pollable" => ResourceType::host::<wasmtime_wasi_io::poll::DynPollable>(),
+                        "input-stream" => ResourceType::host::<wasmtime_wasi_io::streams::DynInputStream>(),
+                        "output-stream" => ResourceType::host::<wasmtime_wasi_io::streams::DynOutputStream>(),
+                        "error" => ResourceType::host::<wasmtime_wasi_io::streams::Error>(),
+                        _ => ResourceType::host::<()>(),
+                    };
+                    li.resource(export, ty, |_, _| Ok(()))?
                 }
                 _ => {}
             }

@@ -212,8 +212,10 @@ fn open_error(ctx: &Context, path: &str, shown: &str, e: std::io::Error) -> Erro
             let hint = suggestions(ctx, path);
             Error::failed(format!("file not found: {shown}{hint}"))
         }
-        ErrorKind::PermissionDenied => Error::Denied(format!(
-            "{shown} cannot be opened: this plugin was not granted access to it"
+        // The sandbox refusing a path (e.g. a symlink out of the working
+        // directory) is a failure of this call, not a permission question.
+        ErrorKind::PermissionDenied => Error::failed(format!(
+            "{shown} cannot be opened: it leads outside what this tool was granted"
         )),
         _ => Error::failed(format!("cannot open {shown}: {e}")),
     }

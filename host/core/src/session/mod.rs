@@ -149,25 +149,30 @@ impl Core {
         self.inner.ledger.create_session(&dir.to_string_lossy(), &title)
     }
 
-    /// Which model a prompt uses: its own, the agent's, the config's, or the
-    /// one the session used last.
-    fn choose_model(&self, input: &PromptInput, agent_model: Option<&ModelRef>) -> Result<ModelRef> {
-        if let Some(m) = &input.model {
-            return Ok(m.clone());
-        }
-        if let Some(m) = agent_model {
-            return Ok(m.clone());
-        }
-        if let Some(m) = &self.inner.config.model {
-            return Models::parse(m);
-        }
-        let msgs = self.inner.ledger.messages(&input.session_id)?;
-        if let Some(u) = history::latest(&msgs).user {
-            return Ok(u.model.clone());
-        }
-        Err(CoreError::Config(
-            "no model chosen: pass --model provider/model (or scripted:PATH), or set \"model\" in the config".into(),
-        ))
+    /// Which model a prompt uses (its own, the agent's, the config's, or the
+    /// one the session used last), checked to be usable. Front ends call
+    /// this before creating a session, so a bad model writes nothing.
+    pub fn choose_model(&self, explicit: Option<&ModelRef>, agent: Option<&str>, session: Option<&SessionId>) -> Result<ModelRef> {
+        let agent = self.inner.agents.get(agent.unwrap_or(self.inner.agents.default_name()))?;
+        let model = if let Some(m) = explicit {
+            m.clone()
+        } else if let Some(m) = &agent.model {
+            m.clone()
+        } else if let Some(m) = &self.inner.config.model {
+            Models::parse(m)?
+        } else {
+            let last = match session {
+                Some(s) => history::latest(&self.inner.ledger.messages(s)?).user.map(|u| u.model.clone()),
+                None => None,
+            };
+            last.ok_or_else(|| {
+                CoreError::Config(
+                    "no model chosen: pass --model provider/model (or scripted:PATH), or set \"model\" in the config".into(),
+                )
+            })?
+        };
+        self.inner.models.resolve(&model)?;
+        Ok(model)
     }
 
     /// Record a user message and, unless `no_reply`, run the session until
@@ -180,9 +185,8 @@ impl Core {
             .clone()
             .unwrap_or_else(|| self.inner.agents.default_name().to_string());
         let agent = self.inner.agents.get(&agent_name)?;
-        let model = self.choose_model(&input, agent.model.as_ref())?;
-        // Resolve before writing anything: a bad model or cassette leaves the ledger untouched.
-        self.inner.models.resolve(&model)?;
+        // Resolved before writing anything: a bad model or cassette leaves the ledger untouched.
+        let model = self.choose_model(input.model.as_ref(), Some(&agent.name), Some(&session.id))?;
         if input.text.trim().is_empty() {
             return Err(CoreError::Config("the prompt is empty".into()));
         }

@@ -1,0 +1,233 @@
+//! Helpers: a scratch project, a data dir, cassettes that record what the
+//! model was shown, and reading the ledger the binary wrote.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+use warden_core::{Bus, Ledger};
+use warden_protocol::{MessageWithParts, PartBody, SessionId, ToolState};
+
+/// A project directory, a data dir and a cassette, all temporary.
+pub struct Env {
+    pub root: tempfile::TempDir,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("project")).unwrap();
+        std::fs::create_dir_all(root.path().join("data")).unwrap();
+        Env { root }
+    }
+
+    pub fn project(&self) -> PathBuf {
+        std::fs::canonicalize(self.root.path().join("project")).unwrap()
+    }
+
+    pub fn data(&self) -> PathBuf {
+        self.root.path().join("data")
+    }
+
+    /// Write a file in the project.
+    pub fn file(&self, rel: &str, content: impl AsRef<[u8]>) -> PathBuf {
+        let p = self.project().join(rel);
+        if let Some(dir) = p.parent() {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(&p, content).unwrap();
+        p
+    }
+
+    /// Write the cassette; requests are recorded next to it.
+    pub fn cassette(&self, turns: Value) -> PathBuf {
+        let p = self.root.path().join("cassette.json");
+        std::fs::write(&p, json!({"turns": turns, "record": "requests.jsonl"}).to_string()).unwrap();
+        p
+    }
+
+    /// Every request the scripted model received, in order.
+    pub fn requests(&self) -> Vec<Value> {
+        match std::fs::read_to_string(self.root.path().join("requests.jsonl")) {
+            Ok(text) => text.lines().map(|l| serde_json::from_str(l).unwrap()).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Write the config (warden.json in the project).
+    pub fn config(&self, config: Value) {
+        std::fs::write(self.project().join("warden.json"), config.to_string()).unwrap();
+    }
+
+    /// A config entry loading the fixture plugin with these grants.
+    pub fn fixtures_plugin(grants: Value) -> Value {
+        json!({"name": "fixtures", "path": fixture_wasm(), "grants": grants})
+    }
+
+    /// `warden ARGS` with this env's data dir, from the project.
+    pub fn warden(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_warden"));
+        c.args(args)
+            .current_dir(self.project())
+            .env("WARDEN_DATA_DIR", self.data())
+            .env_remove("WARDEN_CONFIG")
+            .env_remove("WARDEN_SCRIPTED_RECORD")
+            .env_remove("WARDEN_LOG")
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Run `warden run --format json --model scripted:CASSETTE PROMPT`.
+    pub fn run_json(&self, prompt: &str) -> Run {
+        let cassette = self.root.path().join("cassette.json");
+        let out = self
+            .warden(&["run", "--format", "json", "--model", &format!("scripted:{}", cassette.display()), prompt])
+            .output()
+            .unwrap();
+        Run::from(out)
+    }
+
+    /// The ledger the binary wrote.
+    pub fn ledger(&self) -> Ledger {
+        Ledger::open(&self.data().join("ledger.db"), Bus::new()).unwrap()
+    }
+}
+
+/// The fixture component built by host/runtime/build.rs.
+pub fn fixture_wasm() -> String {
+    format!("{}/warden_fixtures.wasm", warden_runtime::builtin::plugin_dir())
+}
+
+/// A finished `warden` process and its JSON events.
+pub struct Run {
+    pub status: std::process::ExitStatus,
+    pub events: Vec<Value>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(out: Output) -> Run {
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let events = stdout
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect();
+        Run {
+            status: out.status,
+            events,
+            stdout,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+impl Run {
+    /// The session id the run reported.
+    pub fn session(&self) -> SessionId {
+        let last = self.events.last().unwrap_or_else(|| panic!("no events; stderr: {}", self.stderr));
+        SessionId(last["session_id"].as_str().unwrap().to_string())
+    }
+
+    /// The `run.finished` event.
+    pub fn finished(&self) -> &Value {
+        let last = self.events.last().unwrap();
+        assert_eq!(last["type"], "run.finished", "{}", self.stdout);
+        last
+    }
+
+    /// (call_id, status) of each tool part update, dropping repeats.
+    pub fn tool_states(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        for e in &self.events {
+            if e["type"] == "part.updated" && e["part"]["type"] == "tool" {
+                let item = (
+                    e["part"]["call_id"].as_str().unwrap().to_string(),
+                    e["part"]["state"]["status"].as_str().unwrap().to_string(),
+                );
+                if out.last() != Some(&item) {
+                    out.push(item);
+                }
+            }
+        }
+        out
+    }
+
+    /// Session statuses in order.
+    pub fn statuses(&self) -> Vec<String> {
+        self.events
+            .iter()
+            .filter(|e| e["type"] == "session.status")
+            .map(|e| e["status"]["type"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+/// The tool results in a recorded request: (call_id, is_error, output).
+pub fn tool_results(request: &Value) -> Vec<(String, bool, String)> {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .flat_map(|m| m["content"].as_array().unwrap().clone())
+        .map(|r| {
+            (
+                r["call_id"].as_str().unwrap().to_string(),
+                r["is_error"].as_bool().unwrap_or(false),
+                r["output"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The names of the tools offered in a recorded request.
+pub fn offered(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Every tool part of a session in the ledger, in order.
+pub fn tool_parts(msgs: &[MessageWithParts]) -> Vec<(String, ToolState)> {
+    msgs.iter()
+        .flat_map(|m| m.parts.iter())
+        .filter_map(|p| match &p.body {
+            PartBody::Tool { call_id, state, .. } => Some((call_id.clone(), state.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The recorded timeline of one call: its statuses in order.
+pub fn timeline(ledger: &Ledger, session: &SessionId, call: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in ledger.part_events(session).unwrap() {
+        if let PartBody::Tool { call_id, state, .. } = &e.part.body
+            && call_id == call
+        {
+            let s = state.status().to_string();
+            if out.last() != Some(&s) {
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+/// Wait for a path to exist (a child writing it), up to `secs`.
+#[allow(dead_code)]
+pub fn wait_for(path: &Path, secs: u64) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if path.exists() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
