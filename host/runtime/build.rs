@@ -9,12 +9,19 @@ use std::process::Command;
 const TARGET: &str = "wasm32-wasip2";
 
 fn main() {
-    let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let manifest_dir =
+        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let root = manifest_dir.join("../..");
     let plugins = root.join("plugins");
     let target_dir = root.join("target").join("plugins");
-    println!("cargo:rerun-if-changed={}", plugins.join("Cargo.toml").display());
-    println!("cargo:rerun-if-changed={}", plugins.join("Cargo.lock").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        plugins.join("Cargo.toml").display()
+    );
+    println!(
+        "cargo:rerun-if-changed={}",
+        plugins.join("Cargo.lock").display()
+    );
     for dir in ["sdk", "read", "fixtures"] {
         let d = plugins.join(dir);
         if d.exists() {
@@ -50,9 +57,14 @@ fn main() {
     ] {
         cmd.env_remove(var);
     }
-    let status = cmd.status().unwrap_or_else(|e| panic!("could not run cargo to build the plugins: {e}"));
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("could not run cargo to build the plugins: {e}"));
     if !status.success() {
-        panic!("building the plugins in {} for {TARGET} failed (see the errors above)", plugins.display());
+        panic!(
+            "building the plugins in {} for {TARGET} failed (see the errors above)",
+            plugins.display()
+        );
     }
     let out = target_dir.join(TARGET).join("release");
     println!("cargo:rustc-env=WARDEN_PLUGIN_DIR={}", out.display());
@@ -68,7 +80,10 @@ fn check_target() {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .map(|s| PathBuf::from(s.trim()));
     if let Some(sysroot) = sysroot
-        && !Path::new(&sysroot).join("lib/rustlib").join(TARGET).exists()
+        && !Path::new(&sysroot)
+            .join("lib/rustlib")
+            .join(TARGET)
+            .exists()
     {
         panic!(
             "\n\nThe {TARGET} target is not installed for the toolchain at {}.\n\

@@ -5,8 +5,15 @@ use serde_json::json;
 use crate::common::*;
 
 fn assert_ledger_readable(env: &Env) {
-    let out = env.warden(&["session", "list", "--format", "json"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = env
+        .warden(&["session", "list", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let _: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
 }
 
@@ -17,31 +24,62 @@ fn no_panic(run: &Run) {
 #[test]
 fn a_malformed_cassette_is_a_cli_error_that_names_the_problem() {
     let env = Env::new();
-    std::fs::write(env.root.path().join("cassette.json"), r#"{"turns": [{"txt": "hi"}]}"#).unwrap();
+    std::fs::write(
+        env.root.path().join("cassette.json"),
+        r#"{"turns": [{"txt": "hi"}]}"#,
+    )
+    .unwrap();
     let run = env.run_json("hello");
     no_panic(&run);
     assert_eq!(run.status.code(), Some(1));
     assert!(run.stderr.contains("unknown field `txt`"), "{}", run.stderr);
     assert!(run.stderr.contains("cassette.json"), "{}", run.stderr);
     assert_ledger_readable(&env);
-    assert!(env.ledger().sessions().unwrap().is_empty(), "nothing was written for a prompt that could not run");
+    assert!(
+        env.ledger().sessions().unwrap().is_empty(),
+        "nothing was written for a prompt that could not run"
+    );
 
     std::fs::write(env.root.path().join("cassette.json"), "not json").unwrap();
     let run = env.run_json("hello");
     assert_eq!(run.status.code(), Some(1));
-    assert!(run.stderr.contains("not a valid cassette"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("not a valid cassette"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
 fn a_missing_cassette_and_an_unknown_provider_are_named() {
     let env = Env::new();
-    let run = Run::from(env.warden(&["run", "--model", "scripted:/no/such/file.json", "hi"]).output().unwrap());
+    let run = Run::from(
+        env.warden(&["run", "--model", "scripted:/no/such/file.json", "hi"])
+            .output()
+            .unwrap(),
+    );
     assert_eq!(run.status.code(), Some(1));
-    assert!(run.stderr.contains("cannot read /no/such/file.json"), "{}", run.stderr);
-    let run = Run::from(env.warden(&["run", "--model", "nowhere/model", "hi"]).output().unwrap());
+    assert!(
+        run.stderr.contains("cannot read /no/such/file.json"),
+        "{}",
+        run.stderr
+    );
+    let run = Run::from(
+        env.warden(&["run", "--model", "nowhere/model", "hi"])
+            .output()
+            .unwrap(),
+    );
     assert_eq!(run.status.code(), Some(1));
-    assert!(run.stderr.contains("unknown provider \"nowhere\""), "{}", run.stderr);
-    let run = Run::from(env.warden(&["run", "--model", "justaname", "hi"]).output().unwrap());
+    assert!(
+        run.stderr.contains("unknown provider \"nowhere\""),
+        "{}",
+        run.stderr
+    );
+    let run = Run::from(
+        env.warden(&["run", "--model", "justaname", "hi"])
+            .output()
+            .unwrap(),
+    );
     assert!(run.stderr.contains("provider/model"), "{}", run.stderr);
     assert_ledger_readable(&env);
 }
@@ -67,13 +105,34 @@ fn bad_tool_calls_from_the_model_become_error_parts_and_the_model_is_told() {
     for id in ["c1", "c2", "c3", "c4", "c5"] {
         assert!(by_id(id).1, "{id} is an error result");
     }
-    assert_eq!(by_id("c1").2, "Error: unknown tool `shell`; the tools available are: read");
-    assert!(by_id("c2").2.contains("the arguments are not valid JSON"), "{:?}", by_id("c2"));
-    assert!(by_id("c3").2.contains("must be a JSON object, but the model sent a string"), "{:?}", by_id("c3"));
+    assert_eq!(
+        by_id("c1").2,
+        "Error: unknown tool `shell`; the tools available are: read"
+    );
+    assert!(
+        by_id("c2").2.contains("the arguments are not valid JSON"),
+        "{:?}",
+        by_id("c2")
+    );
+    assert!(
+        by_id("c3")
+            .2
+            .contains("must be a JSON object, but the model sent a string"),
+        "{:?}",
+        by_id("c3")
+    );
     assert_eq!(by_id("c4").2, "Error: file not found: missing.txt");
-    assert!(by_id("c5").2.contains("unknown field `path`"), "{:?}", by_id("c5"));
+    assert!(
+        by_id("c5").2.contains("unknown field `path`"),
+        "{:?}",
+        by_id("c5")
+    );
     for id in ["c1", "c2", "c3", "c4", "c5"] {
-        assert_eq!(timeline(&env.ledger(), &run.session(), id), ["pending", "running", "error"], "{id}");
+        assert_eq!(
+            timeline(&env.ledger(), &run.session(), id),
+            ["pending", "running", "error"],
+            "{id}"
+        );
     }
     assert_ledger_readable(&env);
 }
@@ -87,12 +146,20 @@ fn a_bad_config_is_refused_with_its_path_and_the_field() {
     no_panic(&run);
     assert_eq!(run.status.code(), Some(1));
     assert!(run.stderr.contains("warden.json"), "{}", run.stderr);
-    assert!(run.stderr.contains("unknown field `stepz`"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("unknown field `stepz`"),
+        "{}",
+        run.stderr
+    );
 
     env.config(json!({"plugins": [{"name": "x", "path": "nope.wasm"}]}));
     let run = env.run_json("hello");
     assert_eq!(run.status.code(), Some(1));
-    assert!(run.stderr.contains("plugin x: cannot read"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("plugin x: cannot read"),
+        "{}",
+        run.stderr
+    );
     assert_ledger_readable(&env);
 }
 

@@ -31,11 +31,18 @@ fn the_seed_scenario_reads_then_answers_in_two_requests() {
     // Live, in order: the tool part's states, then the session back to idle.
     assert_eq!(
         run.tool_states(),
-        [("call_1", "pending"), ("call_1", "running"), ("call_1", "completed")]
-            .map(|(a, b)| (a.to_string(), b.to_string()))
+        [
+            ("call_1", "pending"),
+            ("call_1", "running"),
+            ("call_1", "completed")
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string()))
     );
     assert_eq!(run.statuses(), ["busy", "idle"]);
-    assert_eq!(run.finished()["text"], "The scripts are build (tsc) and test (vitest run).");
+    assert_eq!(
+        run.finished()["text"],
+        "The scripts are build (tsc) and test (vitest run)."
+    );
 
     // What the model was shown: the read tool, then its result paired with the call.
     let reqs = env.requests();
@@ -46,7 +53,10 @@ fn the_seed_scenario_reads_then_answers_in_two_requests() {
     assert_eq!(results.len(), 1);
     let (call, is_error, output) = &results[0];
     assert_eq!((call.as_str(), *is_error), ("call_1", false));
-    assert!(output.contains("     4\t    \"build\": \"tsc\","), "{output}");
+    assert!(
+        output.contains("     4\t    \"build\": \"tsc\","),
+        "{output}"
+    );
     let assistant = &reqs[1]["messages"][1];
     assert_eq!(assistant["role"], "assistant");
     assert_eq!(
@@ -57,7 +67,10 @@ fn the_seed_scenario_reads_then_answers_in_two_requests() {
     // The same transitions were recorded in the ledger, with times.
     let ledger = env.ledger();
     let session = run.session();
-    assert_eq!(timeline(&ledger, &session, "call_1"), ["pending", "running", "completed"]);
+    assert_eq!(
+        timeline(&ledger, &session, "call_1"),
+        ["pending", "running", "completed"]
+    );
     let msgs = ledger.messages(&session).unwrap();
     let roles: Vec<&str> = msgs.iter().map(|m| m.info.role()).collect();
     assert_eq!(roles, ["user", "assistant", "assistant"]);
@@ -74,17 +87,30 @@ fn text_mode_shows_the_transitions_and_the_answer() {
         {"text": "Two scripts: build and test."}
     ]));
     let out = env
-        .warden(&["run", "--model", &format!("scripted:{}", cassette.display()), "which scripts?"])
+        .warden(&[
+            "run",
+            "--model",
+            &format!("scripted:{}", cassette.display()),
+            "which scripts?",
+        ])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines[0], "  read  call_1  pending");
-    assert_eq!(lines[1], "  read  call_1  running    {\"filePath\":\"package.json\"}");
-    assert!(lines[2].starts_with("  read  call_1  completed  "), "{}", lines[2]);
+    assert_eq!(
+        lines[1],
+        "  read  call_1  running    {\"filePath\":\"package.json\"}"
+    );
+    assert!(
+        lines[2].starts_with("  read  call_1  completed  "),
+        "{}",
+        lines[2]
+    );
     assert!(lines[2].ends_with("  package.json"), "{}", lines[2]);
-    assert_eq!(lines[3], "Two scripts: build and test.");
+    assert_eq!(lines[3], "");
+    assert_eq!(lines[4], "Two scripts: build and test.");
 }
 
 #[test]
@@ -92,14 +118,29 @@ fn the_demo_runs_offline_and_says_where_the_ledger_is() {
     let env = Env::new();
     let out = env.warden(&["demo"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let order = ["  read  call_1  pending", "  read  call_1  running", "  read  call_1  completed", "`build`: `tsc && vite build`", "ledger:"];
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let order = [
+        "  read  call_1  pending",
+        "  read  call_1  running",
+        "  read  call_1  completed",
+        "`build`: `tsc && vite build`",
+        "ledger:",
+    ];
     let mut at = 0;
     for needle in order {
-        let found = stdout[at..].find(needle).unwrap_or_else(|| panic!("{needle:?} missing after byte {at}:\n{stdout}"));
+        let found = stdout[at..]
+            .find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} missing after byte {at}:\n{stdout}"));
         at += found + needle.len();
     }
-    assert!(stdout.contains(&env.data().join("ledger.db").display().to_string()), "{stdout}");
+    assert!(
+        stdout.contains(&env.data().join("ledger.db").display().to_string()),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -107,13 +148,21 @@ fn trace_lists_each_state_with_times_and_the_boundary_decisions() {
     let env = Env::new();
     let run = seed(&env);
     let session = run.session();
-    let out = env.warden(&["trace", session.as_str(), "--format", "json"]).output().unwrap();
+    let out = env
+        .warden(&["trace", session.as_str(), "--format", "json"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let trace: Value = serde_json::from_slice(&out.stdout).unwrap();
     let call = &trace["calls"][0];
     assert_eq!(call["call_id"], "call_1");
     assert_eq!(call["tool"], "read");
-    let statuses: Vec<&str> = call["transitions"].as_array().unwrap().iter().map(|t| t["status"].as_str().unwrap()).collect();
+    let statuses: Vec<&str> = call["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["status"].as_str().unwrap())
+        .collect();
     assert_eq!(statuses, ["pending", "running", "completed"]);
     let t = call["transitions"].as_array().unwrap();
     assert!(t[0]["since_previous_ms"].is_null());
@@ -123,9 +172,20 @@ fn trace_lists_each_state_with_times_and_the_boundary_decisions() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|a| (a["stage"].as_str().unwrap().into(), a["decision"].as_str().unwrap().into()))
+        .map(|a| {
+            (
+                a["stage"].as_str().unwrap().into(),
+                a["decision"].as_str().unwrap().into(),
+            )
+        })
         .collect();
-    assert_eq!(audit, [("permission".to_string(), "allowed".to_string()), ("tool".into(), "ran".into())]);
+    assert_eq!(
+        audit,
+        [
+            ("permission".to_string(), "allowed".to_string()),
+            ("tool".into(), "ran".into())
+        ]
+    );
 
     let text = env.warden(&["trace", session.as_str()]).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
@@ -139,17 +199,31 @@ fn sessions_can_be_listed_shown_and_exported() {
     let run = seed(&env);
     let session = run.session();
 
-    let list = env.warden(&["session", "list", "--format", "json"]).output().unwrap();
+    let list = env
+        .warden(&["session", "list", "--format", "json"])
+        .output()
+        .unwrap();
     let list: Value = serde_json::from_slice(&list.stdout).unwrap();
     assert_eq!(list.as_array().unwrap().len(), 1);
     assert_eq!(list[0]["id"], session.as_str());
     assert_eq!(list[0]["directory"], env.project().display().to_string());
 
-    let show = env.warden(&["session", "show", session.as_str()]).output().unwrap();
+    let show = env
+        .warden(&["session", "show", session.as_str()])
+        .output()
+        .unwrap();
     let show = String::from_utf8_lossy(&show.stdout);
-    assert!(show.contains("tool read call_1 {\"filePath\":\"package.json\"} -> completed: package.json"), "{show}");
+    assert!(
+        show.contains(
+            "tool read call_1 {\"filePath\":\"package.json\"} -> completed: package.json"
+        ),
+        "{show}"
+    );
 
-    let export = env.warden(&["session", "export", session.as_str()]).output().unwrap();
+    let export = env
+        .warden(&["session", "export", session.as_str()])
+        .output()
+        .unwrap();
     let export: Value = serde_json::from_slice(&export.stdout).unwrap();
     assert_eq!(export["session"]["id"], session.as_str());
     assert_eq!(export["messages"].as_array().unwrap().len(), 3);

@@ -42,14 +42,21 @@ impl Env {
     /// Write the cassette; requests are recorded next to it.
     pub fn cassette(&self, turns: Value) -> PathBuf {
         let p = self.root.path().join("cassette.json");
-        std::fs::write(&p, json!({"turns": turns, "record": "requests.jsonl"}).to_string()).unwrap();
+        std::fs::write(
+            &p,
+            json!({"turns": turns, "record": "requests.jsonl"}).to_string(),
+        )
+        .unwrap();
         p
     }
 
     /// Every request the scripted model received, in order.
     pub fn requests(&self) -> Vec<Value> {
         match std::fs::read_to_string(self.root.path().join("requests.jsonl")) {
-            Ok(text) => text.lines().map(|l| serde_json::from_str(l).unwrap()).collect(),
+            Ok(text) => text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect(),
             Err(_) => Vec::new(),
         }
     }
@@ -81,7 +88,14 @@ impl Env {
     pub fn run_json(&self, prompt: &str) -> Run {
         let cassette = self.root.path().join("cassette.json");
         let out = self
-            .warden(&["run", "--format", "json", "--model", &format!("scripted:{}", cassette.display()), prompt])
+            .warden(&[
+                "run",
+                "--format",
+                "json",
+                "--model",
+                &format!("scripted:{}", cassette.display()),
+                prompt,
+            ])
             .output()
             .unwrap();
         Run::from(out)
@@ -95,7 +109,10 @@ impl Env {
 
 /// The fixture component built by host/runtime/build.rs.
 pub fn fixture_wasm() -> String {
-    format!("{}/warden_fixtures.wasm", warden_runtime::builtin::plugin_dir())
+    format!(
+        "{}/warden_fixtures.wasm",
+        warden_runtime::builtin::plugin_dir()
+    )
 }
 
 /// A finished `warden` process and its JSON events.
@@ -126,7 +143,10 @@ impl From<Output> for Run {
 impl Run {
     /// The session id the run reported.
     pub fn session(&self) -> SessionId {
-        let last = self.events.last().unwrap_or_else(|| panic!("no events; stderr: {}", self.stderr));
+        let last = self
+            .events
+            .last()
+            .unwrap_or_else(|| panic!("no events; stderr: {}", self.stderr));
         SessionId(last["session_id"].as_str().unwrap().to_string())
     }
 

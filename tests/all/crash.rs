@@ -14,7 +14,14 @@ use crate::common::*;
 fn run_and_kill(env: &Env, prompt: &str, until: impl Fn(&Value) -> bool) -> SessionId {
     let cassette = env.root.path().join("cassette.json");
     let mut child = env
-        .warden(&["run", "--format", "json", "--model", &format!("scripted:{}", cassette.display()), prompt])
+        .warden(&[
+            "run",
+            "--format",
+            "json",
+            "--model",
+            &format!("scripted:{}", cassette.display()),
+            prompt,
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -38,11 +45,17 @@ fn run_and_kill(env: &Env, prompt: &str, until: impl Fn(&Value) -> bool) -> Sess
 }
 
 fn resume(env: &Env, session: &SessionId) -> Run {
-    Run::from(env.warden(&["session", "resume", session.as_str(), "--format", "json"]).output().unwrap())
+    Run::from(
+        env.warden(&["session", "resume", session.as_str(), "--format", "json"])
+            .output()
+            .unwrap(),
+    )
 }
 
 fn is_tool(event: &Value, status: &str) -> bool {
-    event["type"] == "part.updated" && event["part"]["type"] == "tool" && event["part"]["state"]["status"] == status
+    event["type"] == "part.updated"
+        && event["part"]["type"] == "tool"
+        && event["part"]["state"]["status"] == status
 }
 
 fn assistants(msgs: &[MessageWithParts]) -> Vec<&warden_protocol::AssistantInfo> {
@@ -65,6 +78,11 @@ fn killed_after_the_tool_completed_resume_finishes_without_duplicates() {
     ]));
     let session = run_and_kill(&env, "which scripts?", |e| is_tool(e, "completed"));
 
+    // The resumed process reads the cassette afresh; answer at once this time.
+    env.cassette(json!([
+        {"tool_calls": [{"id": "call_1", "name": "read", "arguments": {"filePath": "package.json"}}]},
+        {"text": "One script: build."}
+    ]));
     let run = resume(&env, &session);
     assert!(run.status.success(), "{}\n{}", run.stdout, run.stderr);
     assert_eq!(run.finished()["text"], "One script: build.");
@@ -84,14 +102,27 @@ fn killed_after_the_tool_completed_resume_finishes_without_duplicates() {
     let calls = tool_parts(&msgs);
     assert_eq!(calls.len(), 1);
     assert!(matches!(calls[0].1, ToolState::Completed { .. }));
-    assert_eq!(timeline(&ledger, &session, "call_1"), ["pending", "running", "completed"]);
+    assert_eq!(
+        timeline(&ledger, &session, "call_1"),
+        ["pending", "running", "completed"]
+    );
     let users = msgs.iter().filter(|m| m.info.role() == "user").count();
     assert_eq!(users, 1);
-    let texts: Vec<String> = msgs.iter().map(|m| m.text()).filter(|t| !t.is_empty()).collect();
+    let texts: Vec<String> = msgs
+        .iter()
+        .map(|m| m.text())
+        .filter(|t| !t.is_empty())
+        .collect();
     assert_eq!(texts, ["which scripts?", "One script: build."]);
     let a = assistants(&msgs);
-    assert!(a.iter().all(|a| a.completed.is_some()), "every assistant message is closed");
-    assert_eq!(a.last().unwrap().finish, Some(warden_protocol::FinishReason::Stop));
+    assert!(
+        a.iter().all(|a| a.completed.is_some()),
+        "every assistant message is closed"
+    );
+    assert_eq!(
+        a.last().unwrap().finish,
+        Some(warden_protocol::FinishReason::Stop)
+    );
 }
 
 #[test]
@@ -107,7 +138,10 @@ fn killed_while_a_tool_runs_resume_reports_it_interrupted_to_the_model() {
     // Before resuming, the ledger still says running: nobody cleaned up.
     let ledger = env.ledger();
     let before = tool_parts(&ledger.messages(&session).unwrap());
-    assert!(matches!(before[0].1, ToolState::Running { .. }), "{before:?}");
+    assert!(
+        matches!(before[0].1, ToolState::Running { .. }),
+        "{before:?}"
+    );
 
     let run = resume(&env, &session);
     assert!(run.status.success(), "{}\n{}", run.stdout, run.stderr);
@@ -117,14 +151,22 @@ fn killed_while_a_tool_runs_resume_reports_it_interrupted_to_the_model() {
     let calls = tool_parts(&msgs);
     assert_eq!(calls.len(), 1);
     match &calls[0].1 {
-        ToolState::Error { interrupted, error, input, .. } => {
+        ToolState::Error {
+            interrupted,
+            error,
+            input,
+            ..
+        } => {
             assert!(interrupted);
             assert!(error.contains("stopped before it finished"), "{error}");
             assert_eq!(input, &json!({"ms": 30000}));
         }
         other => panic!("expected an interrupted error, got {other:?}"),
     }
-    assert_eq!(timeline(&ledger, &session, "call_1"), ["pending", "running", "error"]);
+    assert_eq!(
+        timeline(&ledger, &session, "call_1"),
+        ["pending", "running", "error"]
+    );
 
     // The model was shown an error result for the call, not nothing.
     let reqs = env.requests();
@@ -134,11 +176,17 @@ fn killed_while_a_tool_runs_resume_reports_it_interrupted_to_the_model() {
     let (call, is_error, output) = &results[0];
     assert_eq!(call, "call_1");
     assert!(is_error);
-    assert!(output.starts_with("The tool call was interrupted before it finished"), "{output}");
+    assert!(
+        output.starts_with("The tool call was interrupted before it finished"),
+        "{output}"
+    );
 
     // The killed step is closed as interrupted, and the answer follows it.
     let a = assistants(&msgs);
     assert_eq!(a.len(), 2);
-    assert!(matches!(a[0].error, Some(warden_protocol::MessageError::Interrupted { .. })));
+    assert!(matches!(
+        a[0].error,
+        Some(warden_protocol::MessageError::Interrupted { .. })
+    ));
     assert_eq!(a[1].finish, Some(warden_protocol::FinishReason::Stop));
 }

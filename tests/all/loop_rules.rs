@@ -18,7 +18,12 @@ fn a_stop_with_a_tool_call_still_runs_the_tool_and_sends_the_result_back() {
     assert!(run.status.success(), "{}", run.stderr);
     assert_eq!(
         run.tool_states(),
-        [("call_1", "pending"), ("call_1", "running"), ("call_1", "completed")].map(|(a, b)| (a.into(), b.into()))
+        [
+            ("call_1", "pending"),
+            ("call_1", "running"),
+            ("call_1", "completed")
+        ]
+        .map(|(a, b)| (a.into(), b.into()))
     );
     let reqs = env.requests();
     assert_eq!(reqs.len(), 2, "the provider's stop did not end the loop");
@@ -28,7 +33,9 @@ fn a_stop_with_a_tool_call_still_runs_the_tool_and_sends_the_result_back() {
     // The first step's finish reason is recorded as the provider said it.
     let msgs = env.ledger().messages(&run.session()).unwrap();
     match &msgs[1].info {
-        warden_protocol::MessageInfo::Assistant(a) => assert_eq!(a.finish, Some(warden_protocol::FinishReason::Stop)),
+        warden_protocol::MessageInfo::Assistant(a) => {
+            assert_eq!(a.finish, Some(warden_protocol::FinishReason::Stop))
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -48,9 +55,17 @@ fn the_last_allowed_step_gets_the_max_steps_instruction_and_no_tools() {
     assert_eq!(reqs.len(), 2);
     assert_eq!(offered(&reqs[0]), ["read"]);
     assert!(offered(&reqs[1]).is_empty(), "no tools on the last step");
-    let last = reqs[1]["messages"].as_array().unwrap().last().unwrap().clone();
+    let last = reqs[1]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
     assert_eq!(last["role"], "assistant");
-    assert_eq!(last["content"][0]["text"], warden_core::session::system::MAX_STEPS);
+    assert_eq!(
+        last["content"][0]["text"],
+        warden_core::session::system::MAX_STEPS
+    );
     // The first request had no such instruction.
     assert!(!reqs[0].to_string().contains("MAXIMUM STEPS REACHED"));
 }
@@ -70,7 +85,12 @@ fn a_model_calling_a_tool_on_the_last_step_gets_an_error_not_a_run() {
     assert!(offered(&reqs[0]).is_empty());
     let results = tool_results(&reqs[1]);
     assert!(results[0].1);
-    assert!(results[0].2.contains("unknown tool `read`: no tools are available on this step"), "{results:?}");
+    assert!(
+        results[0]
+            .2
+            .contains("unknown tool `read`: no tools are available on this step"),
+        "{results:?}"
+    );
 }
 
 #[test]
@@ -84,12 +104,20 @@ fn three_identical_calls_ask_doom_loop_which_nobody_can_answer_so_the_loop_stops
     assert_eq!(env.requests().len(), 3, "the loop stopped at the denial");
 
     // The question, and its answer, went over the bus in order.
-    let asked: Vec<&serde_json::Value> = run.events.iter().filter(|e| e["type"] == "permission.asked").collect();
+    let asked: Vec<&serde_json::Value> = run
+        .events
+        .iter()
+        .filter(|e| e["type"] == "permission.asked")
+        .collect();
     assert_eq!(asked.len(), 1);
     assert_eq!(asked[0]["request"]["permission"], "doom_loop");
     assert_eq!(asked[0]["request"]["patterns"], json!(["read"]));
     assert_eq!(asked[0]["request"]["call_id"], "c3");
-    let replied: Vec<&serde_json::Value> = run.events.iter().filter(|e| e["type"] == "permission.replied").collect();
+    let replied: Vec<&serde_json::Value> = run
+        .events
+        .iter()
+        .filter(|e| e["type"] == "permission.replied")
+        .collect();
     assert_eq!(replied[0]["reply"], "reject");
 
     let ledger = env.ledger();
@@ -99,14 +127,31 @@ fn three_identical_calls_ask_doom_loop_which_nobody_can_answer_so_the_loop_stops
     assert!(matches!(calls[0].1, ToolState::Completed { .. }));
     assert!(matches!(calls[1].1, ToolState::Completed { .. }));
     match &calls[2].1 {
-        ToolState::Error { error, interrupted: false, .. } => assert!(error.contains("`doom_loop` permission was not granted"), "{error}"),
+        ToolState::Error {
+            error,
+            interrupted: false,
+            ..
+        } => assert!(
+            error.contains("`doom_loop` permission was not granted"),
+            "{error}"
+        ),
         other => panic!("{other:?}"),
     }
-    assert_eq!(timeline(&ledger, &session, "c3"), ["pending", "running", "error"]);
+    assert_eq!(
+        timeline(&ledger, &session, "c3"),
+        ["pending", "running", "error"]
+    );
     // The third call never reached the guest: the audit trail has no tool run for it.
     let audit = ledger.audit_trail(&session).unwrap();
-    assert!(audit.iter().filter(|a| a.call_id.as_deref() == Some("c3")).all(|a| a.stage != "tool"));
-    assert!(audit.iter().any(|a| a.call_id.as_deref() == Some("c3") && a.subject == "doom_loop" && a.decision == "asked:reject"));
+    assert!(
+        audit
+            .iter()
+            .filter(|a| a.call_id.as_deref() == Some("c3"))
+            .all(|a| a.stage != "tool")
+    );
+    assert!(audit.iter().any(|a| a.call_id.as_deref() == Some("c3")
+        && a.subject == "doom_loop"
+        && a.decision == "asked:reject"));
 }
 
 #[test]

@@ -40,7 +40,8 @@ pub fn config(common: &Common, dir: &Path) -> Result<(Config, Option<PathBuf>)> 
 /// Open the ledger in the data dir.
 pub fn ledger(data_dir: &Path) -> Result<Ledger> {
     let path = data_dir.join("ledger.db");
-    Ledger::open(&path, Bus::new()).with_context(|| format!("cannot open the ledger at {}", path.display()))
+    Ledger::open(&path, Bus::new())
+        .with_context(|| format!("cannot open the ledger at {}", path.display()))
 }
 
 /// Everything a session needs.
@@ -59,6 +60,12 @@ pub async fn build(common: &Common, dir: &Path) -> Result<App> {
             .await
             .context("cannot load the plugins")?,
     );
-    let core = Core::new(ledger, host.clone(), Arc::new(Models::new()), config, CoreOptions::default())?;
+    let core = Core::new(
+        ledger,
+        host.clone(),
+        Arc::new(Models::new()),
+        config,
+        CoreOptions::default(),
+    )?;
     Ok(App { core, data_dir })
 }

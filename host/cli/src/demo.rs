@@ -43,7 +43,8 @@ pub async fn demo(common: Common) -> Result<ExitCode> {
     let stamp = chrono_like_stamp();
     let root = data_dir.join("demo").join(&stamp);
     let project = root.join("project");
-    std::fs::create_dir_all(&project).with_context(|| format!("cannot create {}", project.display()))?;
+    std::fs::create_dir_all(&project)
+        .with_context(|| format!("cannot create {}", project.display()))?;
     std::fs::write(project.join("package.json"), PACKAGE_JSON)?;
     let cassette = root.join("cassette.json");
     let turns = json!({"turns": [
@@ -54,10 +55,10 @@ pub async fn demo(common: Common) -> Result<ExitCode> {
 
     let app = app::build(&common, &project).await?;
     let session = app.core.create_session(&project, PROMPT)?;
-    println!("warden demo: a scripted model in a scratch project, offline");
-    println!("project: {}", project.display());
-    println!("prompt:  {PROMPT}");
-    println!();
+    say!("warden demo: a scripted model in a scratch project, offline");
+    say!("project: {}", project.display());
+    say!("prompt:  {PROMPT}");
+    say!();
     let input = PromptInput {
         session_id: session.id.clone(),
         text: PROMPT.into(),
@@ -68,18 +69,32 @@ pub async fn demo(common: Common) -> Result<ExitCode> {
         ..PromptInput::default()
     };
     let core = app.core.clone();
-    let result = render::drive(&app.core, &session.id, Format::Text, async move { core.prompt(input).await }).await;
+    let result = render::drive(&app.core, &session.id, Format::Text, async move {
+        core.prompt(input).await
+    })
+    .await;
     let code = run::finish(Format::Text, &session.id, result)?;
     let d = app.data_dir.display();
-    println!();
-    println!("ledger:   {} (session {})", app.core.ledger().path(), session.id);
-    println!("replay:   warden session show {} --data-dir {d}", session.id);
-    println!("timeline: warden trace {} --data-dir {d}", session.id);
+    say!();
+    say!(
+        "ledger:   {} (session {})",
+        app.core.ledger().path(),
+        session.id
+    );
+    say!(
+        "replay:   warden session show {} --data-dir {d}",
+        session.id
+    );
+    say!("timeline: warden trace {} --data-dir {d}", session.id);
     Ok(code)
 }
 
 /// A sortable, unique-enough folder name: UTC time plus the process id.
 fn chrono_like_stamp() -> String {
     let t = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    format!("{}-{}", t.replace([':', '-'], "").trim_end_matches('Z'), std::process::id())
+    format!(
+        "{}-{}",
+        t.replace([':', '-'], "").trim_end_matches('Z'),
+        std::process::id()
+    )
 }

@@ -1,6 +1,15 @@
 //! The `warden` command line. Front end only: it builds the core and the
 //! plugin runtime from the config, then renders bus events.
 
+/// `println!` that ignores a closed stdout (e.g. piped into `head`)
+/// instead of panicking.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
 mod app;
 mod demo;
 mod plugin_cmd;
@@ -81,10 +90,14 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG").unwrap_or_else(|_| "error".into()),
+            tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
+                .unwrap_or_else(|_| "error".into()),
         )
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -50,10 +50,10 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
         PluginCommand::Verify => match loaded {
             Ok(host) => {
                 for p in host.plugins() {
-                    println!("ok  {}  sha256 {}  {}", p.name, p.hash, p.contract);
+                    say!("ok  {}  sha256 {}  {}", p.name, p.hash, p.contract);
                 }
                 let s = host.compile_stats();
-                println!(
+                say!(
                     "{} plugins verified ({} compiled, {} from the cache){}",
                     host.plugins().len(),
                     s.compiled,
@@ -63,7 +63,7 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
                 Ok(ExitCode::SUCCESS)
             }
             Err(e) => {
-                println!("failed  {e}");
+                say!("failed  {e}");
                 Ok(ExitCode::from(1))
             }
         },
@@ -71,21 +71,42 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
             let host = loaded?;
             if format == Format::Json {
                 let all: Vec<Value> = host.plugins().iter().map(|p| describe(p)).collect();
-                println!("{}", serde_json::to_string_pretty(&all)?);
+                say!("{}", serde_json::to_string_pretty(&all)?);
                 return Ok(ExitCode::SUCCESS);
             }
             for p in host.plugins() {
                 let what = match p.hook() {
-                    Some(h) => format!("hook before [{}] after [{}]", h.before.join(", "), h.after.join(", ")),
-                    None => format!("tools {}", p.tools().iter().map(|t| t.id.as_str()).collect::<Vec<_>>().join(", ")),
+                    Some(h) => format!(
+                        "hook before [{}] after [{}]",
+                        h.before.join(", "),
+                        h.after.join(", ")
+                    ),
+                    None => format!(
+                        "tools {}",
+                        p.tools()
+                            .iter()
+                            .map(|t| t.id.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
                 };
                 let dirs: Vec<String> = p
                     .grants
                     .dirs
                     .iter()
-                    .map(|d| format!("{}:{}", d.path, if d.mode == warden_core::config::DirMode::ReadOnly { "ro" } else { "rw" }))
+                    .map(|d| {
+                        format!(
+                            "{}:{}",
+                            d.path,
+                            if d.mode == warden_core::config::DirMode::ReadOnly {
+                                "ro"
+                            } else {
+                                "rw"
+                            }
+                        )
+                    })
                     .collect();
-                println!(
+                say!(
                     "{}{}  {what}  sha256 {}  dirs [{}] env [{}] hosts [{}] memory {} MiB, time {} ms, output {} KiB",
                     p.name,
                     if p.builtin { " (built-in)" } else { "" },
@@ -104,7 +125,7 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
             let host = loaded?;
             match host.plugins().iter().find(|p| *p.name == *name) {
                 Some(p) => {
-                    println!("{}", serde_json::to_string_pretty(&describe(p))?);
+                    say!("{}", serde_json::to_string_pretty(&describe(p))?);
                     Ok(ExitCode::SUCCESS)
                 }
                 None => {

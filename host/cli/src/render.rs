@@ -7,7 +7,10 @@ use std::io::{IsTerminal, Write};
 
 use tokio::sync::broadcast::error::RecvError;
 use warden_core::Core;
-use warden_protocol::{Event, MessageInfo, MessageWithParts, PartBody, PermissionReply, SessionId, SessionStatus, ToolState};
+use warden_protocol::{
+    Event, MessageInfo, MessageWithParts, PartBody, PermissionReply, SessionId, SessionStatus,
+    ToolState,
+};
 
 use crate::Format;
 
@@ -22,6 +25,8 @@ pub struct Renderer {
     /// Assistant message ids, so the user's own text is not echoed.
     assistant: std::collections::HashSet<String>,
     mid_line: bool,
+    /// Whether anything was printed yet (a text after tool lines gets a blank line).
+    printed_any: bool,
 }
 
 impl Renderer {
@@ -33,6 +38,7 @@ impl Renderer {
             shown: HashMap::new(),
             assistant: Default::default(),
             mid_line: false,
+            printed_any: false,
         }
     }
 
@@ -44,6 +50,7 @@ impl Renderer {
         }
         let _ = writeln!(out, "{text}");
         let _ = out.flush();
+        self.printed_any = true;
     }
 
     /// Render one event (events of other sessions are skipped).
@@ -66,9 +73,18 @@ impl Renderer {
                 self.assistant.insert(a.id.to_string());
             }
             Event::PartUpdated { part, .. } => match &part.body {
-                PartBody::Text { text, synthetic: false, .. } if self.assistant.contains(part.message_id.as_str()) => {
+                PartBody::Text {
+                    text,
+                    synthetic: false,
+                    ..
+                } if self.assistant.contains(part.message_id.as_str()) => {
+                    let first = self.printed.get(part.id.as_str()).is_none_or(|n| *n == 0);
+                    if first && !text.is_empty() && self.printed_any && !self.mid_line {
+                        say!();
+                    }
                     let done = self.printed.entry(part.id.to_string()).or_insert(0);
                     if text.len() > *done && text.is_char_boundary(*done) {
+                        self.printed_any = true;
                         let mut out = std::io::stdout().lock();
                         let _ = write!(out, "{}", &text[*done..]);
                         let _ = out.flush();
@@ -76,7 +92,12 @@ impl Renderer {
                         self.mid_line = !text.ends_with('\n');
                     }
                 }
-                PartBody::Tool { call_id, tool, state, .. } => {
+                PartBody::Tool {
+                    call_id,
+                    tool,
+                    state,
+                    ..
+                } => {
                     let status = state.status();
                     if self.shown.get(part.id.as_str()) == Some(&status) {
                         return;
@@ -88,11 +109,18 @@ impl Renderer {
                 _ => {}
             },
             Event::SessionStatus {
-                status: SessionStatus::Retry { attempt, message, next },
+                status:
+                    SessionStatus::Retry {
+                        attempt,
+                        message,
+                        next,
+                    },
                 ..
             } => {
                 let wait = (next - warden_core::clock::now_ms()).max(0) as f64 / 1000.0;
-                self.line(&format!("  retrying in {wait:.1}s (attempt {attempt} failed: {message})"));
+                self.line(&format!(
+                    "  retrying in {wait:.1}s (attempt {attempt} failed: {message})"
+                ));
             }
             Event::SessionWarning { message, .. } => self.line(&format!("warning: {message}")),
             Event::SessionError { error, .. } => self.line(&format!("error: {}", error.message())),
@@ -118,14 +146,16 @@ impl Renderer {
     /// End the output cleanly.
     pub fn finish(&mut self) {
         if self.mid_line {
-            println!();
+            say!();
             self.mid_line = false;
         }
     }
 
     pub fn lagged(&mut self, missed: u64) {
         if self.format == Format::Text {
-            self.line(&format!("  ({missed} events were too fast to show; `warden session show` has them all)"));
+            self.line(&format!(
+                "  ({missed} events were too fast to show; `warden session show` has them all)"
+            ));
         }
     }
 }
@@ -135,7 +165,11 @@ fn tool_detail(state: &ToolState) -> String {
         ToolState::Pending { .. } => "pending".into(),
         ToolState::Running { input, .. } => format!("running    {}", clip(&input.to_string(), 100)),
         ToolState::Completed { title, time, .. } => {
-            format!("completed  {} ms  {}", time.end - time.start, clip(title, 100))
+            format!(
+                "completed  {} ms  {}",
+                time.end - time.start,
+                clip(title, 100)
+            )
         }
         ToolState::Error {
             error,
@@ -143,7 +177,11 @@ fn tool_detail(state: &ToolState) -> String {
             interrupted,
             ..
         } => {
-            let what = if *interrupted { "error (interrupted)" } else { "error" };
+            let what = if *interrupted {
+                "error (interrupted)"
+            } else {
+                "error"
+            };
             format!("{what}  {} ms  {}", time.end - time.start, clip(error, 200))
         }
     }
@@ -161,12 +199,18 @@ fn clip(s: &str, max: usize) -> String {
 /// Run `work` while rendering the session's events, answering permission
 /// questions on the terminal when one is attached. Returns what `work` returns
 /// once every event it caused has been rendered.
-pub async fn drive<F>(core: &Core, session: &SessionId, format: Format, work: F) -> warden_core::Result<MessageWithParts>
+pub async fn drive<F>(
+    core: &Core,
+    session: &SessionId,
+    format: Format,
+    work: F,
+) -> warden_core::Result<MessageWithParts>
 where
     F: Future<Output = warden_core::Result<MessageWithParts>>,
 {
     let mut rx = core.bus().subscribe();
-    let interactive = format == Format::Text && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let interactive =
+        format == Format::Text && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let _attached = interactive.then(|| core.permissions().attach());
     let mut renderer = Renderer::new(format, session.clone());
     tokio::pin!(work);

@@ -62,7 +62,9 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         anyhow::bail!("the prompt is empty");
     }
     // Check the model before creating a session, so a bad one writes nothing.
-    let model = app.core.choose_model(model.as_ref(), args.agent.as_deref(), existing.as_ref())?;
+    let model = app
+        .core
+        .choose_model(model.as_ref(), args.agent.as_deref(), existing.as_ref())?;
     let session = match existing {
         Some(id) => app.core.ledger().session(&id)?,
         None => app.core.create_session(&dir, &args.prompt)?,
@@ -75,17 +77,27 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         ..PromptInput::default()
     };
     let core = app.core.clone();
-    let result = render::drive(&app.core, &session.id, args.format, async move { core.prompt(input).await }).await;
+    let result = render::drive(&app.core, &session.id, args.format, async move {
+        core.prompt(input).await
+    })
+    .await;
     finish(args.format, &session.id, result)
 }
 
 /// Print how a run ended and choose the exit code.
-pub fn finish(format: Format, session: &SessionId, result: warden_core::Result<MessageWithParts>) -> Result<ExitCode> {
+pub fn finish(
+    format: Format,
+    session: &SessionId,
+    result: warden_core::Result<MessageWithParts>,
+) -> Result<ExitCode> {
     let message = match result {
         Ok(m) => m,
         Err(e) => {
             if format == Format::Json {
-                println!("{}", serde_json::json!({"type": "run.finished", "session_id": session, "error": e.to_string()}));
+                say!(
+                    "{}",
+                    serde_json::json!({"type": "run.finished", "session_id": session, "error": e.to_string()})
+                );
             }
             return Err(e.into());
         }
@@ -95,7 +107,7 @@ pub fn finish(format: Format, session: &SessionId, result: warden_core::Result<M
         MessageInfo::User(_) => None,
     };
     if format == Format::Json {
-        println!(
+        say!(
             "{}",
             serde_json::json!({
                 "type": "run.finished",
@@ -106,5 +118,9 @@ pub fn finish(format: Format, session: &SessionId, result: warden_core::Result<M
             })
         );
     }
-    Ok(if error.is_some() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    Ok(if error.is_some() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -44,12 +44,18 @@ pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode
             let ledger = app::ledger(&data_dir)?;
             let sessions = ledger.sessions()?;
             if format == Format::Json {
-                println!("{}", serde_json::to_string_pretty(&sessions)?);
+                say!("{}", serde_json::to_string_pretty(&sessions)?);
             } else if sessions.is_empty() {
-                println!("no sessions in {}", ledger.path());
+                say!("no sessions in {}", ledger.path());
             } else {
                 for s in sessions {
-                    println!("{}  {}  {}  {}", s.id, time(s.updated), clip(&s.title, 50), s.directory);
+                    say!(
+                        "{}  {}  {}  {}",
+                        s.id,
+                        time(s.updated),
+                        clip(&s.title, 50),
+                        s.directory
+                    );
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -60,9 +66,12 @@ pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode
             let info = ledger.session(&id)?;
             let messages = ledger.messages(&id)?;
             if format == Format::Json {
-                println!("{}", serde_json::to_string_pretty(&json!({"session": info, "messages": messages}))?);
+                say!(
+                    "{}",
+                    serde_json::to_string_pretty(&json!({"session": info, "messages": messages}))?
+                );
             } else {
-                println!("session {}  {}", info.id, info.directory);
+                say!("session {}  {}", info.id, info.directory);
                 for m in &messages {
                     show_message(m);
                 }
@@ -78,7 +87,7 @@ pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode
                 "part_events": ledger.part_events(&id)?,
                 "audit": ledger.audit_trail(&id)?,
             });
-            println!("{}", serde_json::to_string_pretty(&export)?);
+            say!("{}", serde_json::to_string_pretty(&export)?);
             Ok(ExitCode::SUCCESS)
         }
         SessionCommand::Resume { id, format } => {
@@ -89,7 +98,8 @@ pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode
             let app = app::build(&common, std::path::Path::new(&info.directory)).await?;
             let core = app.core.clone();
             let sid = id.clone();
-            let result = render::drive(&app.core, &id, format, async move { core.run(&sid).await }).await;
+            let result =
+                render::drive(&app.core, &id, format, async move { core.run(&sid).await }).await;
             run::finish(format, &id, result)
         }
     }
@@ -97,37 +107,61 @@ pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode
 
 fn show_message(m: &MessageWithParts) {
     match &m.info {
-        MessageInfo::User(u) => println!("\n[user {}] agent {} model {}", u.id, u.agent, u.model),
+        MessageInfo::User(u) => say!("\n[user {}] agent {} model {}", u.id, u.agent, u.model),
         MessageInfo::Assistant(a) => {
             let finish = a.finish.map_or("-", |f| f.as_str());
-            println!(
+            say!(
                 "\n[assistant {}] finish {finish}  tokens in {} out {}  cost ${:.6}",
-                a.id, a.tokens.input, a.tokens.output, a.cost
+                a.id,
+                a.tokens.input,
+                a.tokens.output,
+                a.cost
             );
             if let Some(e) = &a.error {
-                println!("  error: {}", e.message());
+                say!("  error: {}", e.message());
             }
         }
     }
     for p in &m.parts {
         match &p.body {
-            PartBody::Text { text, .. } => println!("{text}"),
-            PartBody::Reasoning { text, .. } => println!("(reasoning) {}", clip(text, 200)),
-            PartBody::Tool { call_id, tool, state, .. } => {
+            PartBody::Text { text, .. } => say!("{text}"),
+            PartBody::Reasoning { text, .. } => say!("(reasoning) {}", clip(text, 200)),
+            PartBody::Tool {
+                call_id,
+                tool,
+                state,
+                ..
+            } => {
                 let summary = match state {
-                    ToolState::Completed { title, output, .. } => format!("completed: {title} ({} bytes)", output.len()),
-                    ToolState::Error { error, interrupted, .. } => {
-                        format!("error{}: {}", if *interrupted { " (interrupted)" } else { "" }, clip(error, 200))
+                    ToolState::Completed { title, output, .. } => {
+                        format!("completed: {title} ({} bytes)", output.len())
+                    }
+                    ToolState::Error {
+                        error, interrupted, ..
+                    } => {
+                        format!(
+                            "error{}: {}",
+                            if *interrupted { " (interrupted)" } else { "" },
+                            clip(error, 200)
+                        )
                     }
                     other => other.status().to_string(),
                 };
-                println!("  tool {tool} {call_id} {} -> {summary}", clip(&state.input().to_string(), 100));
+                say!(
+                    "  tool {tool} {call_id} {} -> {summary}",
+                    clip(&state.input().to_string(), 100)
+                );
             }
             PartBody::StepStart {} => {}
             PartBody::StepFinish { reason, tokens, .. } => {
-                println!("  step finished: {} (in {} / out {})", reason.as_str(), tokens.input, tokens.output)
+                say!(
+                    "  step finished: {} (in {} / out {})",
+                    reason.as_str(),
+                    tokens.input,
+                    tokens.output
+                )
             }
-            PartBody::Compaction { .. } => println!("  (compaction)"),
+            PartBody::Compaction { .. } => say!("  (compaction)"),
         }
     }
 }

@@ -43,7 +43,15 @@ pub fn trace(id: &str, format: Format, common: Common) -> Result<ExitCode> {
 
     let mut calls: Vec<CallTrace> = Vec::new();
     for e in events {
-        let PartBody::Tool { call_id, tool, state, .. } = &e.part.body else { continue };
+        let PartBody::Tool {
+            call_id,
+            tool,
+            state,
+            ..
+        } = &e.part.body
+        else {
+            continue;
+        };
         let idx = match calls
             .iter()
             .position(|c| &c.call_id == call_id && c.message_id == e.message_id.as_str())
@@ -58,7 +66,10 @@ pub fn trace(id: &str, format: Format, common: Common) -> Result<ExitCode> {
                     total_ms: 0,
                     audit: audit
                         .iter()
-                        .filter(|a| a.call_id.as_deref() == Some(call_id) && a.message_id.as_ref() == Some(&e.message_id))
+                        .filter(|a| {
+                            a.call_id.as_deref() == Some(call_id)
+                                && a.message_id.as_ref() == Some(&e.message_id)
+                        })
                         .cloned()
                         .collect(),
                 });
@@ -72,7 +83,9 @@ pub fn trace(id: &str, format: Format, common: Common) -> Result<ExitCode> {
             continue;
         }
         let detail = match state {
-            warden_protocol::ToolState::Running { input, .. } => Some(clip(&input.to_string(), 120)),
+            warden_protocol::ToolState::Running { input, .. } => {
+                Some(clip(&input.to_string(), 120))
+            }
             warden_protocol::ToolState::Completed { title, .. } => Some(clip(title, 120)),
             warden_protocol::ToolState::Error { error, .. } => Some(clip(error, 200)),
             warden_protocol::ToolState::Pending { .. } => None,
@@ -89,30 +102,55 @@ pub fn trace(id: &str, format: Format, common: Common) -> Result<ExitCode> {
     }
 
     if format == Format::Json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"session": session.id, "calls": calls}))?);
+        say!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"session": session.id, "calls": calls})
+            )?
+        );
         return Ok(ExitCode::SUCCESS);
     }
-    println!("trace of {}  {}", session.id, session.directory);
+    say!("trace of {}  {}", session.id, session.directory);
     if calls.is_empty() {
-        println!("(no tool calls)");
+        say!("(no tool calls)");
     }
-    let origin = calls.first().and_then(|c| c.transitions.first()).map_or(0, |t| t.at);
+    let origin = calls
+        .first()
+        .and_then(|c| c.transitions.first())
+        .map_or(0, |t| t.at);
     for c in &calls {
-        println!("\n{}  {}  (message {})  {} ms in all", c.tool, c.call_id, c.message_id, c.total_ms);
+        say!(
+            "\n{}  {}  (message {})  {} ms in all",
+            c.tool,
+            c.call_id,
+            c.message_id,
+            c.total_ms
+        );
         for t in &c.transitions {
             let offset = (t.at - origin) as f64 / 1000.0;
-            let step = t.since_previous_ms.map_or(String::new(), |ms| format!("+{ms} ms"));
-            let status = if t.interrupted { "error (interrupted)" } else { t.status };
-            println!(
+            let step = t
+                .since_previous_ms
+                .map_or(String::new(), |ms| format!("+{ms} ms"));
+            let status = if t.interrupted {
+                "error (interrupted)"
+            } else {
+                t.status
+            };
+            say!(
                 "  {}  {offset:>8.3}s  {status:<20} {step:>8}  {}",
                 time(t.at),
                 t.detail.as_deref().unwrap_or("")
             );
         }
         for a in &c.audit {
-            let took = a.duration_us.map_or(String::new(), |us| format!(" in {:.3} ms", us as f64 / 1000.0));
-            let rule = a.rule.as_deref().map_or(String::new(), |r| format!(" by `{r}`"));
-            println!(
+            let took = a.duration_us.map_or(String::new(), |us| {
+                format!(" in {:.3} ms", us as f64 / 1000.0)
+            });
+            let rule = a
+                .rule
+                .as_deref()
+                .map_or(String::new(), |r| format!(" by `{r}`"));
+            say!(
                 "  audit: {} {} {}{rule}{took} → {}",
                 a.stage,
                 a.subject,
@@ -121,6 +159,6 @@ pub fn trace(id: &str, format: Format, common: Common) -> Result<ExitCode> {
             );
         }
     }
-    println!("\n(started {})", time(session.created));
+    say!("\n(started {})", time(session.created));
     Ok(ExitCode::SUCCESS)
 }

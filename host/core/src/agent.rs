@@ -53,7 +53,10 @@ impl Agents {
             let mut rules = permission::defaults();
             rules.extend(global.iter().cloned());
             if let Some(v) = &cfg.permission {
-                rules.extend(permission::rules_from_config(v).map_err(|e| CoreError::Config(format!("agent.{name}: {e}")))?);
+                rules.extend(
+                    permission::rules_from_config(v)
+                        .map_err(|e| CoreError::Config(format!("agent.{name}: {e}")))?,
+                );
             }
             let model = match &cfg.model {
                 Some(m) => Some(Models::parse(m)?),
@@ -63,10 +66,9 @@ impl Agents {
                 name.to_string(),
                 Agent {
                     name: name.to_string(),
-                    description: cfg
-                        .description
-                        .clone()
-                        .unwrap_or_else(|| "Works in the project with the tools it is allowed.".into()),
+                    description: cfg.description.clone().unwrap_or_else(|| {
+                        "Works in the project with the tools it is allowed.".into()
+                    }),
                     steps: cfg.steps,
                     rules,
                     system: cfg.system.clone(),
@@ -74,19 +76,26 @@ impl Agents {
                 },
             );
         }
-        let default = config.default_agent.clone().unwrap_or_else(|| DEFAULT_AGENT.to_string());
+        let default = config
+            .default_agent
+            .clone()
+            .unwrap_or_else(|| DEFAULT_AGENT.to_string());
         if !by_name.contains_key(&default) {
-            return Err(CoreError::Config(format!("default_agent {default:?} is not a configured agent")));
+            return Err(CoreError::Config(format!(
+                "default_agent {default:?} is not a configured agent"
+            )));
         }
         Ok(Agents { by_name, default })
     }
 
     /// An agent by name.
     pub fn get(&self, name: &str) -> Result<&Agent> {
-        self.by_name.get(name).ok_or_else(|| CoreError::UnknownAgent {
-            name: name.to_string(),
-            known: self.by_name.keys().cloned().collect::<Vec<_>>().join(", "),
-        })
+        self.by_name
+            .get(name)
+            .ok_or_else(|| CoreError::UnknownAgent {
+                name: name.to_string(),
+                known: self.by_name.keys().cloned().collect::<Vec<_>>().join(", "),
+            })
     }
 
     /// The default agent's name.
@@ -109,9 +118,24 @@ mod tests {
         let agents = Agents::from_config(&config).unwrap();
         let build = agents.get("build").unwrap();
         assert_eq!(build.steps, Some(3));
-        assert_eq!(permission::evaluate("read", "a.rs", &[&build.rules]).action, Action::Deny);
-        assert_eq!(permission::evaluate("read", "a.md", &[&build.rules]).action, Action::Allow);
-        assert_eq!(permission::evaluate("doom_loop", "read", &[&build.rules]).action, Action::Ask);
-        assert!(agents.get("plan").unwrap_err().to_string().contains("configured agents: build"));
+        assert_eq!(
+            permission::evaluate("read", "a.rs", &[&build.rules]).action,
+            Action::Deny
+        );
+        assert_eq!(
+            permission::evaluate("read", "a.md", &[&build.rules]).action,
+            Action::Allow
+        );
+        assert_eq!(
+            permission::evaluate("doom_loop", "read", &[&build.rules]).action,
+            Action::Ask
+        );
+        assert!(
+            agents
+                .get("plan")
+                .unwrap_err()
+                .to_string()
+                .contains("configured agents: build")
+        );
     }
 }

@@ -187,7 +187,8 @@ pub enum DirMode {
 impl Config {
     /// Read a config file. Relative plugin paths are made relative to it.
     pub fn load(path: &Path) -> Result<Config, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let mut config = Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
         for p in &mut config.plugins {
@@ -200,13 +201,15 @@ impl Config {
 
     /// Parse config text.
     pub fn parse(text: &str) -> Result<Config, String> {
-        let config: Config = serde_json::from_str(text).map_err(|e| format!("invalid config: {e}"))?;
+        let config: Config =
+            serde_json::from_str(text).map_err(|e| format!("invalid config: {e}"))?;
         if let Some(p) = &config.permission {
             crate::permission::rules_from_config(p)?;
         }
         for (name, agent) in &config.agent {
             if let Some(p) = &agent.permission {
-                crate::permission::rules_from_config(p).map_err(|e| format!("agent.{name}: {e}"))?;
+                crate::permission::rules_from_config(p)
+                    .map_err(|e| format!("agent.{name}: {e}"))?;
             }
             if agent.steps == Some(0) {
                 return Err(format!("agent.{name}.steps must be at least 1"));
@@ -215,7 +218,10 @@ impl Config {
         let mut names = std::collections::BTreeSet::new();
         for p in &config.plugins {
             if p.name.is_empty() || !names.insert(p.name.clone()) {
-                return Err(format!("plugin names must be non-empty and unique ({:?})", p.name));
+                return Err(format!(
+                    "plugin names must be non-empty and unique ({:?})",
+                    p.name
+                ));
             }
         }
         Ok(config)
@@ -235,17 +241,27 @@ mod tests {
 
     #[test]
     fn mistakes_are_named() {
-        assert!(Config::parse(r#"{"modle": "x"}"#).unwrap_err().contains("unknown field `modle`"));
-        assert!(Config::parse(r#"{"agent": {"build": {"steps": 0}}}"#).unwrap_err().contains("agent.build.steps"));
+        assert!(
+            Config::parse(r#"{"modle": "x"}"#)
+                .unwrap_err()
+                .contains("unknown field `modle`")
+        );
+        assert!(
+            Config::parse(r#"{"agent": {"build": {"steps": 0}}}"#)
+                .unwrap_err()
+                .contains("agent.build.steps")
+        );
         assert!(
             Config::parse(r#"{"agent": {"build": {"permission": {"read": "perhaps"}}}}"#)
                 .unwrap_err()
                 .contains("agent.build")
         );
         assert!(
-            Config::parse(r#"{"plugins": [{"name": "a", "path": "x"}, {"name": "a", "path": "y"}]}"#)
-                .unwrap_err()
-                .contains("unique")
+            Config::parse(
+                r#"{"plugins": [{"name": "a", "path": "x"}, {"name": "a", "path": "y"}]}"#
+            )
+            .unwrap_err()
+            .contains("unique")
         );
         assert!(
             Config::parse(r#"{"plugins": [{"name": "a", "path": "x", "grants": {"dirs": [{"path": ".", "mode": "rwx"}]}}]}"#)

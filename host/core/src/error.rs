@@ -20,7 +20,11 @@ pub enum CoreError {
     #[error(
         "the ledger at {path} has schema version {found}, newer than this warden understands ({supported}); upgrade warden"
     )]
-    LedgerTooNew { path: String, found: i64, supported: i64 },
+    LedgerTooNew {
+        path: String,
+        found: i64,
+        supported: i64,
+    },
 
     /// No such session. Raised by every per-session entry point.
     #[error("no session {0}; `warden session list` shows the sessions in this ledger")]
@@ -32,7 +36,9 @@ pub enum CoreError {
 
     /// Another process holds the session's runner lease. Raised when a loop
     /// starts; nothing is written.
-    #[error("session {session} is being run by another warden process ({holder}); wait for it to finish")]
+    #[error(
+        "session {session} is being run by another warden process ({holder}); wait for it to finish"
+    )]
     SessionBusy { session: SessionId, holder: String },
 
     /// The model could not be resolved (unknown provider, unreadable

@@ -18,10 +18,16 @@ pub enum Event {
     #[serde(rename = "session.updated")]
     SessionUpdated { session: SessionInfo },
     #[serde(rename = "session.status")]
-    SessionStatus { session_id: SessionId, status: SessionStatus },
+    SessionStatus {
+        session_id: SessionId,
+        status: SessionStatus,
+    },
     /// A loop ended with something worth a look (e.g. interrupted tool calls).
     #[serde(rename = "session.warning")]
-    SessionWarning { session_id: SessionId, message: String },
+    SessionWarning {
+        session_id: SessionId,
+        message: String,
+    },
     #[serde(rename = "session.error")]
     SessionError {
         session_id: SessionId,

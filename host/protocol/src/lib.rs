@@ -18,7 +18,9 @@ pub mod tool_state;
 pub use event::Event;
 pub use id::{MessageId, PartId, SessionId};
 pub use llm::{ChatMessage, FinishReason, LlmEvent, LlmRequest, ProviderError, ToolSpec, Usage};
-pub use message::{AssistantInfo, MessageError, MessageInfo, MessageWithParts, ModelRef, Tokens, UserInfo};
+pub use message::{
+    AssistantInfo, MessageError, MessageInfo, MessageWithParts, ModelRef, Tokens, UserInfo,
+};
 pub use part::{Part, PartBody};
 pub use permission::{Action, PermissionReply, PermissionRequest, Rule};
 pub use session::{SessionInfo, SessionStatus};

@@ -125,7 +125,11 @@ impl ProviderError {
     pub fn retryable(&self) -> bool {
         matches!(
             self.kind,
-            ErrorKind::RateLimited | ErrorKind::Overloaded | ErrorKind::Server | ErrorKind::Network | ErrorKind::Truncated
+            ErrorKind::RateLimited
+                | ErrorKind::Overloaded
+                | ErrorKind::Server
+                | ErrorKind::Network
+                | ErrorKind::Truncated
         )
     }
 }
@@ -147,11 +151,23 @@ pub enum LlmEvent {
     Start,
     /// A model step began.
     StartStep,
-    TextStart { id: String },
-    TextDelta { id: String, text: String },
-    TextEnd { id: String },
-    ReasoningStart { id: String },
-    ReasoningDelta { id: String, text: String },
+    TextStart {
+        id: String,
+    },
+    TextDelta {
+        id: String,
+        text: String,
+    },
+    TextEnd {
+        id: String,
+    },
+    ReasoningStart {
+        id: String,
+    },
+    ReasoningDelta {
+        id: String,
+        text: String,
+    },
     /// `metadata` carries what must be sent back with the reasoning (e.g. a signature).
     ReasoningEnd {
         id: String,
@@ -159,10 +175,18 @@ pub enum LlmEvent {
         metadata: Option<Value>,
     },
     /// The model started a tool call.
-    ToolInputStart { call_id: String, name: String },
+    ToolInputStart {
+        call_id: String,
+        name: String,
+    },
     /// More of the call's argument text.
-    ToolInputDelta { call_id: String, delta: String },
-    ToolInputEnd { call_id: String },
+    ToolInputDelta {
+        call_id: String,
+        delta: String,
+    },
+    ToolInputEnd {
+        call_id: String,
+    },
     /// The call is complete. `input` is the raw argument text; the processor
     /// parses it, so invalid JSON becomes a tool error, not a stream error.
     ToolCall {
@@ -182,7 +206,10 @@ pub enum LlmEvent {
         metadata: Value,
     },
     /// A failure for a call.
-    ToolError { call_id: String, error: String },
+    ToolError {
+        call_id: String,
+        error: String,
+    },
     /// A model step ended.
     FinishStep {
         reason: FinishReason,
@@ -192,9 +219,14 @@ pub enum LlmEvent {
         usage: Usage,
     },
     /// The response ended.
-    Finish { reason: FinishReason, usage: Usage },
+    Finish {
+        reason: FinishReason,
+        usage: Usage,
+    },
     /// The provider failed mid-stream.
-    Error { error: ProviderError },
+    Error {
+        error: ProviderError,
+    },
 }
 
 /// A tool offered to the model.
@@ -210,10 +242,16 @@ pub struct ToolSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum ChatMessage {
-    User { content: Vec<UserContent> },
-    Assistant { content: Vec<AssistantContent> },
+    User {
+        content: Vec<UserContent>,
+    },
+    Assistant {
+        content: Vec<AssistantContent>,
+    },
     /// Results of the tool calls of the assistant message just before.
-    Tool { content: Vec<ToolResultContent> },
+    Tool {
+        content: Vec<ToolResultContent>,
+    },
 }
 
 /// Content of a user message.

@@ -166,7 +166,12 @@ impl MessageWithParts {
     pub fn text(&self) -> String {
         let mut out = String::new();
         for p in &self.parts {
-            if let crate::PartBody::Text { text, synthetic: false, .. } = &p.body {
+            if let crate::PartBody::Text {
+                text,
+                synthetic: false,
+                ..
+            } = &p.body
+            {
                 if !out.is_empty() {
                     out.push('\n');
                 }

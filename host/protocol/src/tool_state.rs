@@ -98,7 +98,11 @@ pub struct TransitionError {
 
 impl std::fmt::Display for TransitionError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "a tool call that is {} cannot be {}", self.from, self.attempted)
+        write!(
+            f,
+            "a tool call that is {} cannot be {}",
+            self.from, self.attempted
+        )
     }
 }
 
@@ -130,7 +134,13 @@ impl ToolState {
 
     /// True for an `error` written by cleanup.
     pub fn is_interrupted(&self) -> bool {
-        matches!(self, ToolState::Error { interrupted: true, .. })
+        matches!(
+            self,
+            ToolState::Error {
+                interrupted: true,
+                ..
+            }
+        )
     }
 
     /// The arguments as far as they are known.
@@ -177,9 +187,18 @@ impl ToolState {
     }
 
     /// Progress from the tool while it runs (running only).
-    pub fn progress(&self, title: Option<String>, metadata: Value) -> Result<ToolState, TransitionError> {
+    pub fn progress(
+        &self,
+        title: Option<String>,
+        metadata: Value,
+    ) -> Result<ToolState, TransitionError> {
         match self {
-            ToolState::Running { input, time, title: old, .. } => Ok(ToolState::Running {
+            ToolState::Running {
+                input,
+                time,
+                title: old,
+                ..
+            } => Ok(ToolState::Running {
                 input: input.clone(),
                 title: title.or_else(|| old.clone()),
                 metadata: Some(metadata),
@@ -207,7 +226,10 @@ impl ToolState {
                 output,
                 title,
                 metadata,
-                time: Span { start: time.start, end: now.max(time.start) },
+                time: Span {
+                    start: time.start,
+                    end: now.max(time.start),
+                },
             }),
             other => Err(TransitionError {
                 from: other.status(),
@@ -217,13 +239,21 @@ impl ToolState {
     }
 
     /// `running → error`: the call ran and failed.
-    pub fn fail(&self, error: String, metadata: Option<Value>, now: Millis) -> Result<ToolState, TransitionError> {
+    pub fn fail(
+        &self,
+        error: String,
+        metadata: Option<Value>,
+        now: Millis,
+    ) -> Result<ToolState, TransitionError> {
         match self {
             ToolState::Running { input, time, .. } => Ok(ToolState::Error {
                 input: input.clone(),
                 error,
                 metadata,
-                time: Span { start: time.start, end: now.max(time.start) },
+                time: Span {
+                    start: time.start,
+                    end: now.max(time.start),
+                },
                 interrupted: false,
             }),
             other => Err(TransitionError {
@@ -241,14 +271,25 @@ impl ToolState {
                 input: input.clone(),
                 error: reason.to_string(),
                 metadata: None,
-                time: Span { start: now, end: now },
+                time: Span {
+                    start: now,
+                    end: now,
+                },
                 interrupted: true,
             }),
-            ToolState::Running { input, time, metadata, .. } => Some(ToolState::Error {
+            ToolState::Running {
+                input,
+                time,
+                metadata,
+                ..
+            } => Some(ToolState::Error {
                 input: input.clone(),
                 error: reason.to_string(),
                 metadata: metadata.clone(),
-                time: Span { start: time.start, end: now.max(time.start) },
+                time: Span {
+                    start: time.start,
+                    end: now.max(time.start),
+                },
                 interrupted: true,
             }),
             ToolState::Completed { .. } | ToolState::Error { .. } => None,
@@ -265,7 +306,15 @@ mod tests {
     fn the_happy_path_is_pending_running_completed() {
         let p = ToolState::pending();
         let r = p.start(json!({"filePath": "a"}), 10).unwrap();
-        let c = r.complete(json!({"filePath": "a"}), "out".into(), "a".into(), json!({}), 15).unwrap();
+        let c = r
+            .complete(
+                json!({"filePath": "a"}),
+                "out".into(),
+                "a".into(),
+                json!({}),
+                15,
+            )
+            .unwrap();
         assert_eq!(
             c,
             ToolState::Completed {
@@ -281,14 +330,29 @@ mod tests {
     #[test]
     fn results_only_land_on_running_calls() {
         let p = ToolState::pending();
-        assert_eq!(p.complete(json!({}), "x".into(), String::new(), json!({}), 1).unwrap_err().from, "pending");
+        assert_eq!(
+            p.complete(json!({}), "x".into(), String::new(), json!({}), 1)
+                .unwrap_err()
+                .from,
+            "pending"
+        );
         assert_eq!(p.fail("x".into(), None, 1).unwrap_err().from, "pending");
         let r = p.start(json!({}), 1).unwrap();
-        let c = r.complete(json!({}), "x".into(), String::new(), json!({}), 2).unwrap();
-        assert_eq!(c.fail("late".into(), None, 3).unwrap_err().from, "completed");
+        let c = r
+            .complete(json!({}), "x".into(), String::new(), json!({}), 2)
+            .unwrap();
+        assert_eq!(
+            c.fail("late".into(), None, 3).unwrap_err().from,
+            "completed"
+        );
         assert_eq!(c.start(json!({}), 3).unwrap_err().from, "completed");
         let e = r.fail("boom".into(), None, 2).unwrap();
-        assert_eq!(e.complete(json!({}), "x".into(), String::new(), json!({}), 3).unwrap_err().from, "error");
+        assert_eq!(
+            e.complete(json!({}), "x".into(), String::new(), json!({}), 3)
+                .unwrap_err()
+                .from,
+            "error"
+        );
     }
 
     #[test]
@@ -298,14 +362,21 @@ mod tests {
         assert!(interrupted.is_interrupted());
         let r = p.start(json!({"a": 1}), 3).unwrap();
         match r.interrupt("aborted", 9).unwrap() {
-            ToolState::Error { input, time, interrupted, .. } => {
+            ToolState::Error {
+                input,
+                time,
+                interrupted,
+                ..
+            } => {
                 assert_eq!(input, json!({"a": 1}));
                 assert_eq!(time, Span { start: 3, end: 9 });
                 assert!(interrupted);
             }
             other => panic!("unexpected {other:?}"),
         }
-        let c = r.complete(json!({}), "x".into(), String::new(), json!({}), 4).unwrap();
+        let c = r
+            .complete(json!({}), "x".into(), String::new(), json!({}), 4)
+            .unwrap();
         assert!(c.interrupt("late", 9).is_none());
     }
 

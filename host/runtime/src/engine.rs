@@ -55,7 +55,10 @@ impl Sandbox {
             Err(e) => {
                 // Some machines refuse the pool's address-space reservation; on-demand still works.
                 tracing::warn!(error = %e, "pooling allocator unavailable, allocating guests on demand");
-                (Engine::new(&config(None)).map_err(|e| RuntimeError::Engine(e.to_string()))?, false)
+                (
+                    Engine::new(&config(None)).map_err(|e| RuntimeError::Engine(e.to_string()))?,
+                    false,
+                )
             }
         };
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -101,10 +104,13 @@ impl Sandbox {
                     self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
                     return Ok(c);
                 }
-                Err(e) => tracing::warn!(path = %path.display(), error = %e, "compiled cache entry unusable, recompiling"),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "compiled cache entry unusable, recompiling")
+                }
             }
         }
-        let component = Component::new(&self.engine, bytes).map_err(|e| RuntimeError::Compile(format!("{e:#}")))?;
+        let component = Component::new(&self.engine, bytes)
+            .map_err(|e| RuntimeError::Compile(format!("{e:#}")))?;
         self.stats.compiled.fetch_add(1, Ordering::Relaxed);
         if let Some(path) = cached
             && let Err(e) = store_cached(&component, &path)
@@ -141,7 +147,8 @@ fn config(pool_memory: Option<usize>) -> Config {
             .linear_memory_keep_resident(64 * 1024);
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         // Guard pages stay, but the reservation per memory is just what the grant allows.
-        c.memory_reservation(max_memory as u64).memory_guard_size(64 << 20);
+        c.memory_reservation(max_memory as u64)
+            .memory_guard_size(64 << 20);
     }
     c
 }

@@ -13,13 +13,22 @@ pub enum RuntimeError {
     Compile(String),
     /// The plugin's file could not be read.
     #[error("plugin {plugin}: cannot read {path}: {reason}")]
-    Read { plugin: String, path: String, reason: String },
+    Read {
+        plugin: String,
+        path: String,
+        reason: String,
+    },
     /// The component's sha256 is not the one the config pins.
     #[error(
         "plugin {plugin}: integrity check failed: the config pins sha256 {expected}, but {path} has {actual}; \
          rebuild or re-pin it (`warden plugin inspect {plugin}` shows the hash)"
     )]
-    Integrity { plugin: String, path: String, expected: String, actual: String },
+    Integrity {
+        plugin: String,
+        path: String,
+        expected: String,
+        actual: String,
+    },
     /// The component does not implement a supported world of the contract.
     #[error("plugin {plugin}: {reason}")]
     Contract { plugin: String, reason: String },
@@ -28,5 +37,9 @@ pub enum RuntimeError {
     Describe { plugin: String, reason: String },
     /// Two plugins provide the same tool.
     #[error("tool {tool} is provided by both {first} and {second}; rename one or drop a plugin")]
-    DuplicateTool { tool: String, first: String, second: String },
+    DuplicateTool {
+        tool: String,
+        first: String,
+        second: String,
+    },
 }

@@ -9,7 +9,8 @@ use std::sync::atomic::Ordering;
 use serde_json::Value;
 use warden_core::Config;
 use warden_core::tool::{
-    AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookDef, ToolDef, ToolHost, ToolOutput,
+    AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookDef, ToolDef,
+    ToolHost, ToolOutput,
 };
 
 use crate::bindings::v0_1_0::tool::warden::plugin::types as wit;
@@ -36,9 +37,22 @@ pub struct CompileStats {
 impl WasmHost {
     /// Load the built-in tools (unless the config turns them off) and every
     /// plugin the config lists. `cache_dir` holds compiled components.
-    pub async fn load(config: &Config, cache_dir: Option<PathBuf>) -> Result<WasmHost, RuntimeError> {
-        let builtins = if config.builtins.unwrap_or(true) { builtin::all() } else { Vec::new() };
-        let builtin_grants = |b: &builtin::Builtin| config.builtin_grants.get(b.name).cloned().unwrap_or_else(b.grants);
+    pub async fn load(
+        config: &Config,
+        cache_dir: Option<PathBuf>,
+    ) -> Result<WasmHost, RuntimeError> {
+        let builtins = if config.builtins.unwrap_or(true) {
+            builtin::all()
+        } else {
+            Vec::new()
+        };
+        let builtin_grants = |b: &builtin::Builtin| {
+            config
+                .builtin_grants
+                .get(b.name)
+                .cloned()
+                .unwrap_or_else(b.grants)
+        };
         let max_memory = builtins
             .iter()
             .map(|b| builtin_grants(b).memory_mb)
@@ -111,7 +125,11 @@ impl WasmHost {
                 }
             }
         }
-        Ok(WasmHost { sandbox, plugins, by_name })
+        Ok(WasmHost {
+            sandbox,
+            plugins,
+            by_name,
+        })
     }
 
     /// Every loaded plugin, built-ins first, then in config order.
@@ -133,10 +151,12 @@ impl WasmHost {
     }
 
     fn plugin(&self, name: &str) -> Result<&Arc<LoadedPlugin>, GuestError> {
-        self.by_name.get(name).ok_or_else(|| GuestError::Unavailable {
-            guest: format!("plugin {name}"),
-            message: "it is not loaded".into(),
-        })
+        self.by_name
+            .get(name)
+            .ok_or_else(|| GuestError::Unavailable {
+                guest: format!("plugin {name}"),
+                message: "it is not loaded".into(),
+            })
     }
 }
 
@@ -151,7 +171,11 @@ fn wit_ctx(ctx: &CallContext) -> wit::CallContext {
 }
 
 /// Check a guest's output against the contract and the plugin's cap.
-fn checked_output(o: wit::ToolOutput, guest: &str, limits: &Limits) -> Result<ToolOutput, GuestError> {
+fn checked_output(
+    o: wit::ToolOutput,
+    guest: &str,
+    limits: &Limits,
+) -> Result<ToolOutput, GuestError> {
     let size = o.output.len() + o.title.len() + o.metadata.len();
     if size > limits.max_output {
         return Err(GuestError::OutputTooLarge {
@@ -189,17 +213,27 @@ fn capped(message: String, limits: &Limits) -> String {
     while !message.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}… (error message cut at {} bytes)", &message[..end], limits.max_output)
+    format!(
+        "{}… (error message cut at {} bytes)",
+        &message[..end],
+        limits.max_output
+    )
 }
 
 #[async_trait::async_trait]
 impl ToolHost for WasmHost {
     fn tools(&self) -> Vec<ToolDef> {
-        self.plugins.iter().flat_map(|p| p.tools().iter().cloned()).collect()
+        self.plugins
+            .iter()
+            .flat_map(|p| p.tools().iter().cloned())
+            .collect()
     }
 
     fn hooks(&self) -> Vec<HookDef> {
-        self.plugins.iter().filter_map(|p| p.hook().cloned()).collect()
+        self.plugins
+            .iter()
+            .filter_map(|p| p.hook().cloned())
+            .collect()
     }
 
     async fn execute(
@@ -218,7 +252,14 @@ impl ToolHost for WasmHost {
             });
         };
         let limits = &plugin.limits;
-        let mut store = sandbox::store(&self.sandbox.engine, &plugin.name, &plugin.grants, limits, Some(&ctx.directory), Some(observer))?;
+        let mut store = sandbox::store(
+            &self.sandbox.engine,
+            &plugin.name,
+            &plugin.grants,
+            limits,
+            Some(&ctx.directory),
+            Some(observer),
+        )?;
         let wctx = wit_ctx(ctx);
         let result = tokio::time::timeout(limits.timeout, async {
             let instance = pre.instantiate_async(&mut store).await?;
@@ -235,7 +276,9 @@ impl ToolHost for WasmHost {
             }),
             Ok(Err(e)) => Err(sandbox::classify(e, &guest, limits, &store.data().stderr())),
             Ok(Ok(Err(e))) => Err(match e {
-                wit::ToolError::InvalidArguments(m) => GuestError::InvalidArguments(capped(m, limits)),
+                wit::ToolError::InvalidArguments(m) => {
+                    GuestError::InvalidArguments(capped(m, limits))
+                }
                 wit::ToolError::Failed(m) => GuestError::Failed(capped(m, limits)),
                 wit::ToolError::Denied(m) => GuestError::Denied(capped(m, limits)),
             }),
@@ -261,11 +304,21 @@ impl ToolHost for WasmHost {
             });
         };
         let limits = &plugin.limits;
-        let mut store = sandbox::store(&self.sandbox.engine, &plugin.name, &plugin.grants, limits, Some(&ctx.directory), Some(observer))?;
+        let mut store = sandbox::store(
+            &self.sandbox.engine,
+            &plugin.name,
+            &plugin.grants,
+            limits,
+            Some(&ctx.directory),
+            Some(observer),
+        )?;
         let wctx = wit_ctx(ctx);
         let result = tokio::time::timeout(limits.timeout, async {
             let instance = pre.instantiate_async(&mut store).await?;
-            instance.warden_plugin_hooks().call_before(&mut store, &wctx, tool, arguments).await
+            instance
+                .warden_plugin_hooks()
+                .call_before(&mut store, &wctx, tool, arguments)
+                .await
         })
         .await;
         match result {
@@ -315,7 +368,14 @@ impl ToolHost for WasmHost {
             });
         };
         let limits = &plugin.limits;
-        let mut store = sandbox::store(&self.sandbox.engine, &plugin.name, &plugin.grants, limits, Some(&ctx.directory), Some(observer))?;
+        let mut store = sandbox::store(
+            &self.sandbox.engine,
+            &plugin.name,
+            &plugin.grants,
+            limits,
+            Some(&ctx.directory),
+            Some(observer),
+        )?;
         let wctx = wit_ctx(ctx);
         let current = wit::ToolOutput {
             output: output.output.clone(),

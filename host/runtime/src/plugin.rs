@@ -93,7 +93,10 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
     {
         return Err(RuntimeError::Integrity {
             plugin: name.to_string(),
-            path: src.path.as_ref().map_or("(embedded)".into(), |p| p.display().to_string()),
+            path: src
+                .path
+                .as_ref()
+                .map_or("(embedded)".into(), |p| p.display().to_string()),
             expected: expected.to_string(),
             actual: hash,
         });
@@ -102,7 +105,9 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
         plugin: name.to_string(),
         reason,
     };
-    let component = sandbox.component(src.bytes, &hash).map_err(|e| contract_err(e.to_string()))?;
+    let component = sandbox
+        .component(src.bytes, &hash)
+        .map_err(|e| contract_err(e.to_string()))?;
 
     let exports: BTreeSet<String> = component
         .component_type()
@@ -117,11 +122,16 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
         return Err(contract_err(format!(
             "it exports neither warden:plugin/tool nor warden:plugin/hooks of a supported version ({}); it exports: {}",
             SUPPORTED_CONTRACTS.join(", "),
-            if exports.is_empty() { "nothing".to_string() } else { exports.into_iter().collect::<Vec<_>>().join(", ") }
+            if exports.is_empty() {
+                "nothing".to_string()
+            } else {
+                exports.into_iter().collect::<Vec<_>>().join(", ")
+            }
         )));
     };
 
-    let linker = sandbox::linker(&sandbox.engine, &component, world).map_err(|e| contract_err(format!("{e:#}")))?;
+    let linker = sandbox::linker(&sandbox.engine, &component, world)
+        .map_err(|e| contract_err(format!("{e:#}")))?;
     let pre = linker
         .instantiate_pre(&component)
         .map_err(|e| contract_err(format!("cannot be linked: {e:#}")))?;
@@ -137,18 +147,42 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
 
     // The self-description runs like any guest call: in a fresh store, with
     // its limits, but with no files or environment.
-    let mut store = sandbox::store(&sandbox.engine, &name, &Grants { dirs: Vec::new(), env: Vec::new(), ..src.grants.clone() }, &limits, None, None)
-        .map_err(|e| describe_err(e.to_string()))?;
+    let mut store = sandbox::store(
+        &sandbox.engine,
+        &name,
+        &Grants {
+            dirs: Vec::new(),
+            env: Vec::new(),
+            ..src.grants.clone()
+        },
+        &limits,
+        None,
+        None,
+    )
+    .map_err(|e| describe_err(e.to_string()))?;
     let provides = match world {
         World::Tool => {
             let pre = tool::ToolPluginPre::new(pre).map_err(|e| contract_err(format!("{e:#}")))?;
             let described = tokio::time::timeout(limits.timeout, async {
                 let instance = pre.instantiate_async(&mut store).await?;
-                instance.warden_plugin_tool().call_describe(&mut store).await
+                instance
+                    .warden_plugin_tool()
+                    .call_describe(&mut store)
+                    .await
             })
             .await
-            .map_err(|_| describe_err(format!("describe ran past the time limit of {} ms", limits.timeout.as_millis())))?
-            .map_err(|e| describe_err(sandbox::classify(e, &guest.to_string(), &limits, &store.data().stderr()).to_string()))?;
+            .map_err(|_| {
+                describe_err(format!(
+                    "describe ran past the time limit of {} ms",
+                    limits.timeout.as_millis()
+                ))
+            })?
+            .map_err(|e| {
+                describe_err(
+                    sandbox::classify(e, &guest.to_string(), &limits, &store.data().stderr())
+                        .to_string(),
+                )
+            })?;
             let tools = check_tools(&guest, described, src.tools).map_err(describe_err)?;
             Provides::Tools { pre, tools }
         }
@@ -156,13 +190,29 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
             let pre = hook::HookPluginPre::new(pre).map_err(|e| contract_err(format!("{e:#}")))?;
             let spec = tokio::time::timeout(limits.timeout, async {
                 let instance = pre.instantiate_async(&mut store).await?;
-                instance.warden_plugin_hooks().call_describe(&mut store).await
+                instance
+                    .warden_plugin_hooks()
+                    .call_describe(&mut store)
+                    .await
             })
             .await
-            .map_err(|_| describe_err(format!("describe ran past the time limit of {} ms", limits.timeout.as_millis())))?
-            .map_err(|e| describe_err(sandbox::classify(e, &guest.to_string(), &limits, &store.data().stderr()).to_string()))?;
+            .map_err(|_| {
+                describe_err(format!(
+                    "describe ran past the time limit of {} ms",
+                    limits.timeout.as_millis()
+                ))
+            })?
+            .map_err(|e| {
+                describe_err(
+                    sandbox::classify(e, &guest.to_string(), &limits, &store.data().stderr())
+                        .to_string(),
+                )
+            })?;
             if spec.before.is_empty() && spec.after.is_empty() {
-                return Err(describe_err("the hook wants no tool calls (both its before and after lists are empty)".into()));
+                return Err(describe_err(
+                    "the hook wants no tool calls (both its before and after lists are empty)"
+                        .into(),
+                ));
             }
             for g in spec.before.iter().chain(spec.after.iter()) {
                 if g.is_empty() || g.len() > 200 {
@@ -208,7 +258,9 @@ fn check_tools(
     for s in specs {
         let id_ok = !s.id.is_empty()
             && s.id.len() <= 64
-            && s.id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+            && s.id
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
         if !id_ok {
             return Err(format!(
                 "tool id {:?} must be 1-64 characters of a-z, 0-9, _ and -",
@@ -219,13 +271,21 @@ fn check_tools(
             return Err(format!("tool {} is described twice", s.id));
         }
         if s.description.trim().is_empty() || s.description.len() > 8192 {
-            return Err(format!("tool {} needs a description of at most 8 KiB", s.id));
+            return Err(format!(
+                "tool {} needs a description of at most 8 KiB",
+                s.id
+            ));
         }
         let parameters: Value = serde_json::from_str(&s.parameters)
             .map_err(|e| format!("tool {}: parameters are not JSON Schema text ({e})", s.id))?;
         match parameters.get("type") {
             Some(Value::String(t)) if t == "object" => {}
-            _ => return Err(format!("tool {}: parameters must be a JSON Schema with \"type\": \"object\"", s.id)),
+            _ => {
+                return Err(format!(
+                    "tool {}: parameters must be a JSON Schema with \"type\": \"object\"",
+                    s.id
+                ));
+            }
         }
         let set = settings.get(&s.id).cloned().unwrap_or_default();
         let pattern = match (&set.path_arg, &set.url_arg) {

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use warden_core::config::{DirMode, Grants};
+use warden_core::tool::{CallObserver, GuestError};
 use wasmtime::component::{Component, HasData, Linker, ResourceTable};
 use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-use warden_core::config::{DirMode, Grants};
-use warden_core::tool::{CallObserver, GuestError};
 
 use crate::bindings::v0_1_0::tool::warden::plugin::{host, types};
 
@@ -47,7 +47,9 @@ impl WasiView for GuestState {
 impl GuestState {
     /// What the guest wrote to stderr (a Rust panic message lands here).
     pub fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.contents()).trim().to_string()
+        String::from_utf8_lossy(&self.stderr.contents())
+            .trim()
+            .to_string()
     }
 }
 
@@ -67,15 +69,27 @@ impl host::Host for GuestState {
     }
 
     fn progress(&mut self, title: Option<String>, metadata: String) -> wasmtime::Result<()> {
-        let Some(observer) = &self.observer else { return Ok(()) };
+        let Some(observer) = &self.observer else {
+            return Ok(());
+        };
         match serde_json::from_str::<Value>(&metadata) {
-            Ok(v @ Value::Object(_)) => observer.progress(title.map(|t| t.chars().take(200).collect()), v),
-            _ => tracing::warn!(plugin = &*self.plugin, "progress metadata is not a JSON object; ignored"),
+            Ok(v @ Value::Object(_)) => {
+                observer.progress(title.map(|t| t.chars().take(200).collect()), v)
+            }
+            _ => tracing::warn!(
+                plugin = &*self.plugin,
+                "progress metadata is not a JSON object; ignored"
+            ),
         }
         Ok(())
     }
 
-    async fn ask(&mut self, permission: String, patterns: Vec<String>, metadata: String) -> Result<(), String> {
+    async fn ask(
+        &mut self,
+        permission: String,
+        patterns: Vec<String>,
+        metadata: String,
+    ) -> Result<(), String> {
         let Some(observer) = self.observer.clone() else {
             return Err("nobody can be asked while the plugin is loading".into());
         };
@@ -99,7 +113,11 @@ pub enum World {
 
 /// A linker for one component: the WASI interfaces a sandbox may offer (not
 /// sockets), the warden host interface, and traps for everything else.
-pub fn linker(engine: &Engine, component: &Component, world: World) -> wasmtime::Result<Linker<GuestState>> {
+pub fn linker(
+    engine: &Engine,
+    component: &Component,
+    world: World,
+) -> wasmtime::Result<Linker<GuestState>> {
     use wasmtime_wasi::cli::{WasiCli, WasiCliView};
     use wasmtime_wasi::clocks::{WasiClocks, WasiClocksView};
     use wasmtime_wasi::filesystem::{WasiFilesystem, WasiFilesystemView};
@@ -107,13 +125,23 @@ pub fn linker(engine: &Engine, component: &Component, world: World) -> wasmtime:
     use wasmtime_wasi::random::{WasiRandom, WasiRandomView};
 
     let mut l = Linker::<GuestState>::new(engine);
-    wasmtime_wasi_io::bindings::wasi::io::error::add_to_linker::<GuestState, HasIo>(&mut l, |t| &mut t.table)?;
-    wasmtime_wasi_io::bindings::wasi::io::poll::add_to_linker::<GuestState, HasIo>(&mut l, |t| &mut t.table)?;
-    wasmtime_wasi_io::bindings::wasi::io::streams::add_to_linker::<GuestState, HasIo>(&mut l, |t| &mut t.table)?;
+    wasmtime_wasi_io::bindings::wasi::io::error::add_to_linker::<GuestState, HasIo>(&mut l, |t| {
+        &mut t.table
+    })?;
+    wasmtime_wasi_io::bindings::wasi::io::poll::add_to_linker::<GuestState, HasIo>(&mut l, |t| {
+        &mut t.table
+    })?;
+    wasmtime_wasi_io::bindings::wasi::io::streams::add_to_linker::<GuestState, HasIo>(
+        &mut l,
+        |t| &mut t.table,
+    )?;
     clocks::wall_clock::add_to_linker::<GuestState, WasiClocks>(&mut l, GuestState::clocks)?;
     clocks::monotonic_clock::add_to_linker::<GuestState, WasiClocks>(&mut l, GuestState::clocks)?;
     filesystem::types::add_to_linker::<GuestState, WasiFilesystem>(&mut l, GuestState::filesystem)?;
-    filesystem::preopens::add_to_linker::<GuestState, WasiFilesystem>(&mut l, GuestState::filesystem)?;
+    filesystem::preopens::add_to_linker::<GuestState, WasiFilesystem>(
+        &mut l,
+        GuestState::filesystem,
+    )?;
     random::random::add_to_linker::<GuestState, WasiRandom>(&mut l, GuestState::random)?;
     random::insecure::add_to_linker::<GuestState, WasiRandom>(&mut l, GuestState::random)?;
     random::insecure_seed::add_to_linker::<GuestState, WasiRandom>(&mut l, GuestState::random)?;
@@ -128,18 +156,14 @@ pub fn linker(engine: &Engine, component: &Component, world: World) -> wasmtime:
     cli::terminal_stdout::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
     cli::terminal_stderr::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
     match world {
-        World::Tool => {
-            crate::bindings::v0_1_0::tool::ToolPlugin::add_to_linker::<GuestState, wasmtime::component::HasSelf<GuestState>>(
-                &mut l,
-                |s| s,
-            )?
-        }
-        World::Hook => {
-            crate::bindings::v0_1_0::hook::HookPlugin::add_to_linker::<GuestState, wasmtime::component::HasSelf<GuestState>>(
-                &mut l,
-                |s| s,
-            )?
-        }
+        World::Tool => crate::bindings::v0_1_0::tool::ToolPlugin::add_to_linker::<
+            GuestState,
+            wasmtime::component::HasSelf<GuestState>,
+        >(&mut l, |s| s)?,
+        World::Hook => crate::bindings::v0_1_0::hook::HookPlugin::add_to_linker::<
+            GuestState,
+            wasmtime::component::HasSelf<GuestState>,
+        >(&mut l, |s| s)?,
     }
     stub_missing(&mut l, engine, component)?;
     Ok(l)
@@ -176,7 +200,11 @@ const PROVIDED: &[&str] = &[
 /// Define every import the host does not provide (wasi:sockets above all) as
 /// functions that trap with a message naming the import, so such a guest
 /// still loads and fails only if it really uses one.
-fn stub_missing(l: &mut Linker<GuestState>, engine: &Engine, component: &Component) -> wasmtime::Result<()> {
+fn stub_missing(
+    l: &mut Linker<GuestState>,
+    engine: &Engine,
+    component: &Component,
+) -> wasmtime::Result<()> {
     use wasmtime::component::types::ComponentItem;
     for (name, item) in component.component_type().imports(engine) {
         let unversioned = name.split('@').next().unwrap_or(name);
@@ -184,7 +212,9 @@ fn stub_missing(l: &mut Linker<GuestState>, engine: &Engine, component: &Compone
             continue;
         }
         let ComponentItem::ComponentInstance(instance) = item.ty else {
-            anyhow_bail(format!("the component imports {name}, which is not an interface warden can provide"))?;
+            anyhow_bail(format!(
+                "the component imports {name}, which is not an interface warden can provide"
+            ))?;
             continue;
         };
         let mut li = l.instance(name)?;
@@ -266,19 +296,21 @@ pub fn store(
         }
     }
     for dir in &grants.dirs {
-        let host = resolve_dir(&dir.path, directory).map_err(|message| GuestError::Unavailable {
-            guest: guest(),
-            message,
-        })?;
+        let host =
+            resolve_dir(&dir.path, directory).map_err(|message| GuestError::Unavailable {
+                guest: guest(),
+                message,
+            })?;
         let perms = match dir.mode {
             DirMode::ReadOnly => FsPerms::ReadOnly,
             DirMode::ReadWrite => FsPerms::ReadWrite,
         };
         let guest_path = host.to_string_lossy().into_owned();
-        b.preopened_dir(&host, &guest_path, perms).map_err(|e| GuestError::Unavailable {
-            guest: guest(),
-            message: format!("cannot open the granted directory {}: {e}", host.display()),
-        })?;
+        b.preopened_dir(&host, &guest_path, perms)
+            .map_err(|e| GuestError::Unavailable {
+                guest: guest(),
+                message: format!("cannot open the granted directory {}: {e}", host.display()),
+            })?;
     }
     let stderr = MemoryOutputPipe::new(STDIO_CAP);
     b.stdout(MemoryOutputPipe::new(STDIO_CAP));
@@ -324,13 +356,24 @@ fn resolve_dir(path: &str, directory: Option<&str>) -> Result<PathBuf, String> {
     } else {
         match directory {
             Some(d) => Path::new(d).join(p),
-            None => return Err(format!("the directory grant {path:?} is relative, and this call has no working directory")),
+            None => {
+                return Err(format!(
+                    "the directory grant {path:?} is relative, and this call has no working directory"
+                ));
+            }
         }
     };
-    let canonical = std::fs::canonicalize(&joined)
-        .map_err(|e| format!("the granted directory {} cannot be used: {e}", joined.display()))?;
+    let canonical = std::fs::canonicalize(&joined).map_err(|e| {
+        format!(
+            "the granted directory {} cannot be used: {e}",
+            joined.display()
+        )
+    })?;
     if !canonical.is_dir() {
-        return Err(format!("the granted path {} is not a directory", canonical.display()));
+        return Err(format!(
+            "the granted path {} is not a directory",
+            canonical.display()
+        ));
     }
     Ok(canonical)
 }
@@ -356,7 +399,10 @@ pub fn classify(err: wasmtime::Error, guest: &str, limits: &Limits, stderr: &str
             _ => {}
         }
     }
-    if text.contains("forcing a memory growth failure") || text.contains("memory allocation of") || stderr.contains("memory allocation of") {
+    if text.contains("forcing a memory growth failure")
+        || text.contains("memory allocation of")
+        || stderr.contains("memory allocation of")
+    {
         return GuestError::OutOfMemory {
             guest: guest.to_string(),
             limit_mb: (limits.memory_bytes >> 20) as u64,
@@ -366,9 +412,24 @@ pub fn classify(err: wasmtime::Error, guest: &str, limits: &Limits, stderr: &str
         Some(t) => format!("wasm trap: {t}"),
         None => format!("{err:#}"),
     };
-    if let Some(panic) = stderr.lines().find(|l| l.contains("panicked at")).map(str::to_string) {
-        let detail: Vec<&str> = stderr.lines().skip_while(|l| !l.contains("panicked at")).take(3).collect();
-        message = format!("{} ({message})", if detail.len() > 1 { detail.join(" ") } else { panic });
+    if let Some(panic) = stderr
+        .lines()
+        .find(|l| l.contains("panicked at"))
+        .map(str::to_string)
+    {
+        let detail: Vec<&str> = stderr
+            .lines()
+            .skip_while(|l| !l.contains("panicked at"))
+            .take(3)
+            .collect();
+        message = format!(
+            "{} ({message})",
+            if detail.len() > 1 {
+                detail.join(" ")
+            } else {
+                panic
+            }
+        );
     }
     GuestError::Trap {
         guest: guest.to_string(),

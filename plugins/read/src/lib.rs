@@ -23,9 +23,9 @@ const MAX_OUTPUT_BYTES: usize = 50 * 1024;
 const SNIFF_BYTES: usize = 8192;
 
 const BINARY_EXTENSIONS: &[&str] = &[
-    "png", "jpg", "jpeg", "gif", "bmp", "ico", "webp", "pdf", "zip", "gz", "tgz", "bz2", "xz", "7z",
-    "tar", "jar", "class", "exe", "dll", "so", "dylib", "o", "a", "wasm", "bin", "dat", "pyc",
-    "sqlite", "db", "woff", "woff2", "ttf", "otf", "mp3", "mp4", "mov", "avi", "ogg", "wav",
+    "png", "jpg", "jpeg", "gif", "bmp", "ico", "webp", "pdf", "zip", "gz", "tgz", "bz2", "xz",
+    "7z", "tar", "jar", "class", "exe", "dll", "so", "dylib", "o", "a", "wasm", "bin", "dat",
+    "pyc", "sqlite", "db", "woff", "woff2", "ttf", "otf", "mp3", "mp4", "mov", "avi", "ogg", "wav",
 ];
 
 #[derive(Deserialize)]
@@ -87,7 +87,9 @@ impl Tool for Read_ {
                 "{shown} is a directory, not a file; give read the path of a file inside it"
             )));
         }
-        if let Some(ext) = std::path::Path::new(&path).extension().and_then(|e| e.to_str())
+        if let Some(ext) = std::path::Path::new(&path)
+            .extension()
+            .and_then(|e| e.to_str())
             && BINARY_EXTENSIONS.contains(&ext.to_ascii_lowercase().as_str())
         {
             return Err(binary(&shown, meta.len()));
@@ -95,7 +97,8 @@ impl Tool for Read_ {
 
         let mut file = File::open(&path).map_err(|e| open_error(ctx, &path, &shown, e))?;
         let mut head = vec![0u8; SNIFF_BYTES];
-        let n = read_up_to(&mut file, &mut head).map_err(|e| Error::failed(format!("cannot read {shown}: {e}")))?;
+        let n = read_up_to(&mut file, &mut head)
+            .map_err(|e| Error::failed(format!("cannot read {shown}: {e}")))?;
         head.truncate(n);
         if looks_binary(&head) {
             return Err(binary(&shown, meta.len()));
@@ -158,7 +161,11 @@ fn render(mut reader: impl BufRead, shown: &str, start: u64, limit: u64) -> Resu
     }
     let more = last_shown < total;
     if more {
-        let why = if capped { "output capped at 50 KB; " } else { "" };
+        let why = if capped {
+            "output capped at 50 KB; "
+        } else {
+            ""
+        };
         out.push_str(&format!(
             "\n({why}showing lines {start}-{last_shown} of {total}; use offset={} to read on)\n",
             last_shown + 1
@@ -203,7 +210,9 @@ fn looks_binary(head: &[u8]) -> bool {
 }
 
 fn binary(shown: &str, size: u64) -> Error {
-    Error::failed(format!("{shown} is a binary file ({size} bytes); read only shows text files"))
+    Error::failed(format!(
+        "{shown} is a binary file ({size} bytes); read only shows text files"
+    ))
 }
 
 fn open_error(ctx: &Context, path: &str, shown: &str, e: std::io::Error) -> Error {
@@ -238,7 +247,9 @@ fn suggestions(ctx: &Context, path: &str) -> String {
         .filter(|n| {
             let l = n.to_lowercase();
             let their_stem = l.split('.').next().unwrap_or("");
-            !stem.is_empty() && !their_stem.is_empty() && (l.contains(&stem) || wanted.contains(their_stem))
+            !stem.is_empty()
+                && !their_stem.is_empty()
+                && (l.contains(&stem) || wanted.contains(their_stem))
         })
         .collect();
     close.sort();
@@ -249,7 +260,13 @@ fn suggestions(ctx: &Context, path: &str) -> String {
     let base = paths::relative_to(&ctx.directory, &dir.to_string_lossy());
     let shown: Vec<String> = close
         .iter()
-        .map(|n| if base == "." { n.clone() } else { format!("{base}/{n}") })
+        .map(|n| {
+            if base == "." {
+                n.clone()
+            } else {
+                format!("{base}/{n}")
+            }
+        })
         .collect();
     format!(". Did you mean: {}?", shown.join(", "))
 }

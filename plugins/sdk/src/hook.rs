@@ -56,7 +56,11 @@ pub fn __describe<H: Hook>() -> wit::HookSpec {
 }
 
 #[doc(hidden)]
-pub fn __before<H: Hook>(ctx: wit::CallContext, tool: &str, arguments: &str) -> wit::BeforeDecision {
+pub fn __before<H: Hook>(
+    ctx: wit::CallContext,
+    tool: &str,
+    arguments: &str,
+) -> wit::BeforeDecision {
     match serde_json::from_str::<Value>(arguments) {
         Ok(args) => match H::before(&Context::from(ctx), tool, args) {
             Before::Allow => wit::BeforeDecision::Allow,

@@ -16,7 +16,11 @@ pub fn progress(title: Option<&str>, metadata: &serde_json::Value) {
 
 /// Ask for a permission mid-call (e.g. `edit` on a second file). Waits for the
 /// answer; `Err` carries the reason it was denied.
-pub fn ask(permission: &str, patterns: &[&str], metadata: &serde_json::Value) -> Result<(), String> {
+pub fn ask(
+    permission: &str,
+    patterns: &[&str],
+    metadata: &serde_json::Value,
+) -> Result<(), String> {
     let patterns: Vec<String> = patterns.iter().map(|p| p.to_string()).collect();
     wit::ask(permission, &patterns, &metadata.to_string())
 }

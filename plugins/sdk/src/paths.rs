@@ -63,31 +63,3 @@ fn normalize(path: &Path) -> Option<PathBuf> {
     }
     Some(out)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn relative_paths_resolve_under_the_base() {
-        assert_eq!(resolve_within("/w/p", "a/b.txt").unwrap(), "/w/p/a/b.txt");
-        assert_eq!(resolve_within("/w/p", "./a/../b.txt").unwrap(), "/w/p/b.txt");
-        assert_eq!(resolve_within("/w/p", "/w/p/c").unwrap(), "/w/p/c");
-    }
-
-    #[test]
-    fn escapes_are_refused() {
-        assert!(resolve_within("/w/p", "../x").unwrap_err().contains("outside"));
-        assert!(resolve_within("/w/p", "/etc/passwd").unwrap_err().contains("outside"));
-        assert!(resolve_within("/w/p", "/w/pq/x").unwrap_err().contains("outside"));
-        assert!(resolve_within("/w/p", "a/../../..").unwrap_err().contains("outside"));
-        assert!(resolve_within("/w/p", "").unwrap_err().contains("empty"));
-    }
-
-    #[test]
-    fn titles_are_relative() {
-        assert_eq!(relative_to("/w/p", "/w/p/a/b"), "a/b");
-        assert_eq!(relative_to("/w/p", "/w/p"), ".");
-        assert_eq!(relative_to("/w/p", "/x"), "/x");
-    }
-}

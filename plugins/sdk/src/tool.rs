@@ -29,9 +29,16 @@ pub fn __spec<T: Tool>() -> wit::ToolSpec {
 }
 
 #[doc(hidden)]
-pub fn __run<T: Tool>(ctx: wit::CallContext, arguments: &str) -> Result<wit::ToolOutput, wit::ToolError> {
+pub fn __run<T: Tool>(
+    ctx: wit::CallContext,
+    arguments: &str,
+) -> Result<wit::ToolOutput, wit::ToolError> {
     let args: T::Args = serde_json::from_str(arguments).map_err(|e| {
-        Error::InvalidArguments(format!("the arguments for `{}` do not fit its parameters: {e}", T::ID)).into_wit()
+        Error::InvalidArguments(format!(
+            "the arguments for `{}` do not fit its parameters: {e}",
+            T::ID
+        ))
+        .into_wit()
     })?;
     T::execute(&Context::from(ctx), args)
         .map(Output::into_wit)

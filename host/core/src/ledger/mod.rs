@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use warden_protocol::{
-    Event, MessageId, MessageInfo, MessageWithParts, Millis, Part, PartBody, Rule, SessionId, SessionInfo,
+    Event, MessageId, MessageInfo, MessageWithParts, Millis, Part, PartBody, Rule, SessionId,
+    SessionInfo,
 };
 
 use crate::bus::Bus;
@@ -87,7 +88,8 @@ impl Ledger {
         if let Some(dir) = path.parent()
             && !dir.as_os_str().is_empty()
         {
-            std::fs::create_dir_all(dir).map_err(|e| CoreError::Config(format!("cannot create {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| CoreError::Config(format!("cannot create {}: {e}", dir.display())))?;
         }
         let conn = Connection::open(path)?;
         Self::init(conn, bus, &path.display().to_string())
@@ -147,7 +149,9 @@ impl Ledger {
             "INSERT INTO session (id, title, directory, permission, created_at, updated_at) VALUES (?1, ?2, ?3, '[]', ?4, ?4)",
             params![info.id.as_str(), info.title, info.directory, now],
         )?;
-        self.bus.publish(Event::SessionCreated { session: info.clone() });
+        self.bus.publish(Event::SessionCreated {
+            session: info.clone(),
+        });
         Ok(info)
     }
 
@@ -192,15 +196,18 @@ impl Ledger {
             return Err(CoreError::SessionNotFound(id.clone()));
         }
         let info = self.session(id)?;
-        self.bus.publish(Event::SessionUpdated { session: info.clone() });
+        self.bus.publish(Event::SessionUpdated {
+            session: info.clone(),
+        });
         Ok(info)
     }
 
     /// Mark the session as just used.
     pub fn touch_session(&self, id: &SessionId) -> Result<()> {
-        let n = self
-            .conn()
-            .execute("UPDATE session SET updated_at = ?2 WHERE id = ?1", params![id.as_str(), now_ms()])?;
+        let n = self.conn().execute(
+            "UPDATE session SET updated_at = ?2 WHERE id = ?1",
+            params![id.as_str(), now_ms()],
+        )?;
         if n == 0 {
             return Err(CoreError::SessionNotFound(id.clone()));
         }
@@ -218,7 +225,8 @@ impl Ledger {
              ON CONFLICT(id) DO UPDATE SET info = excluded.info, updated_at = excluded.updated_at",
             params![info.id().as_str(), info.session_id().as_str(), info.role(), body, info.created(), now],
         )?;
-        self.bus.publish(Event::MessageUpdated { info: info.clone() });
+        self.bus
+            .publish(Event::MessageUpdated { info: info.clone() });
         Ok(())
     }
 
@@ -279,17 +287,29 @@ impl Ledger {
         let conn = self.conn();
         let mut out: Vec<MessageWithParts> = Vec::new();
         {
-            let mut stmt = conn.prepare("SELECT id, info FROM message WHERE session_id = ?1 ORDER BY id")?;
-            let rows = stmt.query_map(params![session.as_str()], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+            let mut stmt =
+                conn.prepare("SELECT id, info FROM message WHERE session_id = ?1 ORDER BY id")?;
+            let rows = stmt.query_map(params![session.as_str()], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })?;
             for row in rows {
                 let (id, info) = row?;
                 let info: MessageInfo = decode(&info, || format!("message {id}"))?;
-                out.push(MessageWithParts { info, parts: Vec::new() });
+                out.push(MessageWithParts {
+                    info,
+                    parts: Vec::new(),
+                });
             }
         }
-        let mut stmt = conn.prepare("SELECT id, message_id, body FROM part WHERE session_id = ?1 ORDER BY message_id, id")?;
+        let mut stmt = conn.prepare(
+            "SELECT id, message_id, body FROM part WHERE session_id = ?1 ORDER BY message_id, id",
+        )?;
         let rows = stmt.query_map(params![session.as_str()], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?))
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
         })?;
         let mut idx = 0;
         for row in rows {
@@ -314,7 +334,10 @@ impl Ledger {
 
     /// One message with its parts.
     pub fn message(&self, session: &SessionId, id: &MessageId) -> Result<Option<MessageWithParts>> {
-        Ok(self.messages(session)?.into_iter().find(|m| m.info.id() == id))
+        Ok(self
+            .messages(session)?
+            .into_iter()
+            .find(|m| m.info.id() == id))
     }
 
     /// How many assistant messages of the session began a model step.
@@ -335,7 +358,12 @@ impl Ledger {
             "SELECT seq, at, message_id, body FROM part_event WHERE session_id = ?1 ORDER BY seq",
         )?;
         let rows = stmt.query_map(params![session.as_str()], |r| {
-            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+            ))
         })?;
         let mut out = Vec::new();
         for row in rows {
@@ -560,7 +588,10 @@ mod tests {
             ids.push(info.id().clone());
         }
         let msgs = l.messages(&s.id).unwrap();
-        assert_eq!(msgs.iter().map(|m| m.info.id().clone()).collect::<Vec<_>>(), ids);
+        assert_eq!(
+            msgs.iter().map(|m| m.info.id().clone()).collect::<Vec<_>>(),
+            ids
+        );
         for m in &msgs {
             assert_eq!(m.parts.len(), 2);
             assert!(m.parts[0].id < m.parts[1].id);
@@ -600,7 +631,10 @@ mod tests {
         }
         l.put_part(&part, PartWrite::Changed).unwrap();
         let events = l.part_events(&s.id).unwrap();
-        let statuses: Vec<_> = events.iter().map(|e| e.part.tool_state().unwrap().status()).collect();
+        let statuses: Vec<_> = events
+            .iter()
+            .map(|e| e.part.tool_state().unwrap().status())
+            .collect();
         assert_eq!(statuses, ["pending", "running"]);
     }
 
@@ -608,14 +642,30 @@ mod tests {
     fn a_lease_is_exclusive_until_it_expires_or_its_holder_dies() {
         let l = ledger();
         let s = l.create_session("/w", "t").unwrap();
-        assert!(l.acquire_lease(&s.id, "a", 60_000, |_| false).unwrap().is_ok());
-        let held = l.acquire_lease(&s.id, "b", 60_000, |_| false).unwrap().unwrap_err();
+        assert!(
+            l.acquire_lease(&s.id, "a", 60_000, |_| false)
+                .unwrap()
+                .is_ok()
+        );
+        let held = l
+            .acquire_lease(&s.id, "b", 60_000, |_| false)
+            .unwrap()
+            .unwrap_err();
         assert_eq!(held.holder, "a");
-        assert!(l.acquire_lease(&s.id, "b", 60_000, |h| h == "a").unwrap().is_ok());
+        assert!(
+            l.acquire_lease(&s.id, "b", 60_000, |h| h == "a")
+                .unwrap()
+                .is_ok()
+        );
         assert!(!l.renew_lease(&s.id, "a", 60_000).unwrap());
         l.release_lease(&s.id, "b").unwrap();
         assert!(l.acquire_lease(&s.id, "a", -1, |_| false).unwrap().is_ok());
-        assert!(l.acquire_lease(&s.id, "b", 60_000, |_| false).unwrap().is_ok(), "expired lease is taken over");
+        assert!(
+            l.acquire_lease(&s.id, "b", 60_000, |_| false)
+                .unwrap()
+                .is_ok(),
+            "expired lease is taken over"
+        );
     }
 
     #[test]

@@ -125,7 +125,8 @@ impl Models {
             }),
             _ => Err(CoreError::Model {
                 model: text.into(),
-                reason: "write models as provider/model (e.g. openai/gpt-4o) or scripted:PATH".into(),
+                reason: "write models as provider/model (e.g. openai/gpt-4o) or scripted:PATH"
+                    .into(),
             }),
         }
     }
@@ -133,7 +134,12 @@ impl Models {
 
 impl ModelResolver for Models {
     fn resolve(&self, model: &ModelRef) -> Result<ResolvedModel> {
-        if let Some(m) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(model) {
+        if let Some(m) = self
+            .cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(model)
+        {
             return Ok(m.clone());
         }
         let factory = {
@@ -146,7 +152,11 @@ impl ModelResolver for Models {
                     let known: Vec<&str> = known.iter().map(|s| s.as_str()).collect();
                     return Err(CoreError::Model {
                         model: model.to_string(),
-                        reason: format!("unknown provider {:?}; known: {}", model.provider, known.join(", ")),
+                        reason: format!(
+                            "unknown provider {:?}; known: {}",
+                            model.provider,
+                            known.join(", ")
+                        ),
                     });
                 }
             }
@@ -173,7 +183,10 @@ mod tests {
                 model: "gpt-4o".into()
             }
         );
-        assert_eq!(Models::parse("scripted:/a/b.json").unwrap().model, "/a/b.json");
+        assert_eq!(
+            Models::parse("scripted:/a/b.json").unwrap().model,
+            "/a/b.json"
+        );
         assert!(Models::parse("gpt-4o").is_err());
         assert!(Models::parse("scripted:").is_err());
     }
@@ -188,6 +201,10 @@ mod tests {
             })
             .err()
             .unwrap();
-        assert!(err.to_string().contains("unknown provider \"nope\"; known: scripted"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("unknown provider \"nope\"; known: scripted"),
+            "{err}"
+        );
     }
 }

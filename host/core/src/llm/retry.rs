@@ -69,7 +69,9 @@ mod tests {
             max_retry_after_ms: 1000,
         };
         let e = ProviderError::new(ErrorKind::Server, "503");
-        let waits: Vec<u64> = (1..6).map(|n| p.delay(n, &e).unwrap().as_millis() as u64).collect();
+        let waits: Vec<u64> = (1..6)
+            .map(|n| p.delay(n, &e).unwrap().as_millis() as u64)
+            .collect();
         assert_eq!(waits, [100, 200, 400, 500, 500]);
         assert_eq!(p.delay(6, &e), None);
     }
@@ -82,7 +84,16 @@ mod tests {
         assert_eq!(p.delay(1, &e), Some(Duration::from_millis(1234)));
         e.retry_after_ms = Some(10 * 60 * 1000);
         assert_eq!(p.delay(1, &e), None, "too long a wait is not retried");
-        assert_eq!(p.delay(1, &ProviderError::new(ErrorKind::BadRequest, "400")), None);
-        assert_eq!(p.delay(1, &ProviderError::new(ErrorKind::ContextOverflow, "too long")), None);
+        assert_eq!(
+            p.delay(1, &ProviderError::new(ErrorKind::BadRequest, "400")),
+            None
+        );
+        assert_eq!(
+            p.delay(
+                1,
+                &ProviderError::new(ErrorKind::ContextOverflow, "too long")
+            ),
+            None
+        );
     }
 }

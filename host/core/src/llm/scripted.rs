@@ -38,7 +38,9 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::Value;
 use warden_protocol::llm::ErrorKind;
-use warden_protocol::{FinishReason, LlmEvent, LlmRequest, ModelRef, ProviderError, SessionId, Usage};
+use warden_protocol::{
+    FinishReason, LlmEvent, LlmRequest, ModelRef, ProviderError, SessionId, Usage,
+};
 
 use super::{EventStream, ModelInfo, Prices, Provider, ResolvedModel};
 use crate::error::{CoreError, Result};
@@ -119,7 +121,8 @@ pub struct ScriptedError {
 impl Cassette {
     /// Read and check a cassette file. Errors say which turn and field is wrong.
     pub fn load(path: &Path) -> std::result::Result<Cassette, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
@@ -135,7 +138,9 @@ impl Cassette {
             }
             for call in &t.tool_calls {
                 if call.id.is_empty() || call.name.is_empty() {
-                    return Err(format!("turn {n}: every tool call needs a non-empty \"id\" and \"name\""));
+                    return Err(format!(
+                        "turn {n}: every tool call needs a non-empty \"id\" and \"name\""
+                    ));
                 }
                 if call.arguments.is_some() && call.arguments_raw.is_some() {
                     return Err(format!(
@@ -144,8 +149,14 @@ impl Cassette {
                     ));
                 }
             }
-            if t.error.is_none() && t.text.is_none() && t.reasoning.is_none() && t.tool_calls.is_empty() {
-                return Err(format!("turn {n} is empty: give it \"text\", \"tool_calls\" or \"error\""));
+            if t.error.is_none()
+                && t.text.is_none()
+                && t.reasoning.is_none()
+                && t.tool_calls.is_empty()
+            {
+                return Err(format!(
+                    "turn {n} is empty: give it \"text\", \"tool_calls\" or \"error\""
+                ));
             }
         }
         Ok(c)
@@ -161,7 +172,11 @@ fn finish_reason(s: &str) -> std::result::Result<FinishReason, String> {
         "error" => FinishReason::Error,
         "other" => FinishReason::Other,
         "unknown" => FinishReason::Unknown,
-        other => return Err(format!("unknown finish_reason {other:?}; use stop, tool-calls, length, content-filter")),
+        other => {
+            return Err(format!(
+                "unknown finish_reason {other:?}; use stop, tool-calls, length, content-filter"
+            ));
+        }
     })
 }
 
@@ -196,12 +211,17 @@ impl ScriptedProvider {
 
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<LlmRequest> {
-        self.requests.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn take_turn(&self, request: &LlmRequest) -> u32 {
         let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
-        let slot = next.entry(request.session_id.clone()).or_insert(request.prior_turns);
+        let slot = next
+            .entry(request.session_id.clone())
+            .or_insert(request.prior_turns);
         let turn = *slot;
         *slot += 1;
         turn
@@ -213,16 +233,25 @@ impl ScriptedProvider {
             .unwrap_or_else(|p| p.into_inner())
             .push(request.clone());
         if let Some(path) = &self.record {
-            let line = serde_json::to_string(request)
-                .map_err(|e| ProviderError::new(ErrorKind::Other, format!("cannot record the request: {e}")))?;
+            let line = serde_json::to_string(request).map_err(|e| {
+                ProviderError::new(ErrorKind::Other, format!("cannot record the request: {e}"))
+            })?;
             let mut f = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(path)
-                .map_err(|e| ProviderError::new(ErrorKind::Other, format!("cannot record to {}: {e}", path.display())))?;
-            writeln!(f, "{line}")
-                .and_then(|_| f.flush())
-                .map_err(|e| ProviderError::new(ErrorKind::Other, format!("cannot record to {}: {e}", path.display())))?;
+                .map_err(|e| {
+                    ProviderError::new(
+                        ErrorKind::Other,
+                        format!("cannot record to {}: {e}", path.display()),
+                    )
+                })?;
+            writeln!(f, "{line}").and_then(|_| f.flush()).map_err(|e| {
+                ProviderError::new(
+                    ErrorKind::Other,
+                    format!("cannot record to {}: {e}", path.display()),
+                )
+            })?;
         }
         Ok(())
     }
@@ -304,7 +333,9 @@ fn turn_events(turn: &Turn, index: u32, request: &LlmRequest) -> Vec<LlmEvent> {
             call_id: call.id.clone(),
             delta: raw.clone(),
         });
-        ev.push(LlmEvent::ToolInputEnd { call_id: call.id.clone() });
+        ev.push(LlmEvent::ToolInputEnd {
+            call_id: call.id.clone(),
+        });
         ev.push(LlmEvent::ToolCall {
             call_id: call.id.clone(),
             name: call.name.clone(),
@@ -374,7 +405,10 @@ fn estimate_usage(turn: &Turn, request: &LlmRequest) -> Usage {
     Usage {
         input: input_chars.div_ceil(4) as u64,
         output: output_chars.div_ceil(4) as u64,
-        reasoning: turn.reasoning.as_ref().map_or(0, |t| t.len().div_ceil(4) as u64),
+        reasoning: turn
+            .reasoning
+            .as_ref()
+            .map_or(0, |t| t.len().div_ceil(4) as u64),
         ..Usage::default()
     }
 }
@@ -404,14 +438,26 @@ mod tests {
 
     #[test]
     fn malformed_cassettes_say_what_is_wrong() {
-        assert!(Cassette::parse("{").unwrap_err().contains("not a valid cassette"));
-        assert!(Cassette::parse(r#"{"turns": [{}]}"#).unwrap_err().contains("turn 1 is empty"));
+        assert!(
+            Cassette::parse("{")
+                .unwrap_err()
+                .contains("not a valid cassette")
+        );
+        assert!(
+            Cassette::parse(r#"{"turns": [{}]}"#)
+                .unwrap_err()
+                .contains("turn 1 is empty")
+        );
         assert!(
             Cassette::parse(r#"{"turns": [{"text": "a", "finish_reason": "done"}]}"#)
                 .unwrap_err()
                 .contains("unknown finish_reason \"done\"")
         );
-        assert!(Cassette::parse(r#"{"turns": [{"txt": "a"}]}"#).unwrap_err().contains("unknown field `txt`"));
+        assert!(
+            Cassette::parse(r#"{"turns": [{"txt": "a"}]}"#)
+                .unwrap_err()
+                .contains("unknown field `txt`")
+        );
         assert!(
             Cassette::parse(r#"{"turns": [{"tool_calls": [{"id": "", "name": "read"}]}]}"#)
                 .unwrap_err()
@@ -455,6 +501,12 @@ mod tests {
             input: r#"{"filePath":"a"}"#.into(),
             provider_executed: false
         }));
-        assert!(matches!(ev[ev.len() - 2], LlmEvent::FinishStep { reason: FinishReason::Stop, .. }));
+        assert!(matches!(
+            ev[ev.len() - 2],
+            LlmEvent::FinishStep {
+                reason: FinishReason::Stop,
+                ..
+            }
+        ));
     }
 }

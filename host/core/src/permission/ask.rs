@@ -69,7 +69,11 @@ impl Permissions {
 
     /// Ask and wait for the answer. `Reject` at once when nobody is attached
     /// or when `cancel` fires.
-    pub async fn ask(&self, mut request: PermissionRequest, cancel: &CancellationToken) -> PermissionReply {
+    pub async fn ask(
+        &self,
+        mut request: PermissionRequest,
+        cancel: &CancellationToken,
+    ) -> PermissionReply {
         if request.id.is_empty() {
             request.id = id::ascending("per");
         }
@@ -146,7 +150,12 @@ impl Permissions {
             .values()
             .filter(|q| &q.request.session_id == session_id)
             .filter(|q| {
-                super::evaluate_all(&q.request.permission, &q.request.patterns, &[&session.permission]).action
+                super::evaluate_all(
+                    &q.request.permission,
+                    &q.request.patterns,
+                    &[&session.permission],
+                )
+                .action
                     == Action::Allow
             })
             .map(|q| q.request.id.clone())
@@ -198,11 +207,20 @@ mod tests {
         let s = ledger.create_session("/w", "t").unwrap();
         let p = Permissions::new(ledger.clone());
         let mut events = ledger.bus().subscribe();
-        assert_eq!(p.ask(request(&s.id), &CancellationToken::new()).await, PermissionReply::Reject);
-        assert!(matches!(&*events.recv().await.unwrap(), Event::PermissionAsked { .. }));
+        assert_eq!(
+            p.ask(request(&s.id), &CancellationToken::new()).await,
+            PermissionReply::Reject
+        );
         assert!(matches!(
             &*events.recv().await.unwrap(),
-            Event::PermissionReplied { reply: PermissionReply::Reject, .. }
+            Event::PermissionAsked { .. }
+        ));
+        assert!(matches!(
+            &*events.recv().await.unwrap(),
+            Event::PermissionReplied {
+                reply: PermissionReply::Reject,
+                ..
+            }
         ));
     }
 
@@ -235,6 +253,9 @@ mod tests {
                 action: Action::Allow
             }]
         );
-        assert!(p.reply(&id, PermissionReply::Once).is_err(), "answered questions are gone");
+        assert!(
+            p.reply(&id, PermissionReply::Once).is_err(),
+            "answered questions are gone"
+        );
     }
 }

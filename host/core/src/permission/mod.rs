@@ -39,9 +39,11 @@ impl Evaluation {
 pub fn evaluate(permission: &str, pattern: &str, rulesets: &[&[Rule]]) -> Evaluation {
     let hit = rulesets
         .iter()
-        .flat_map(|rs| rs.iter())
-        .filter(|r| wildcard::matches(&r.permission, permission) && wildcard::matches(&r.pattern, pattern))
-        .last();
+        .rev()
+        .flat_map(|rs| rs.iter().rev())
+        .find(|r| {
+            wildcard::matches(&r.permission, permission) && wildcard::matches(&r.pattern, pattern)
+        });
     match hit {
         Some(r) => Evaluation {
             action: r.action,
@@ -60,7 +62,10 @@ pub fn evaluate_all(permission: &str, patterns: &[String], rulesets: &[&[Rule]])
     let evals: Vec<Evaluation> = if patterns.is_empty() {
         vec![evaluate(permission, "*", rulesets)]
     } else {
-        patterns.iter().map(|p| evaluate(permission, p, rulesets)).collect()
+        patterns
+            .iter()
+            .map(|p| evaluate(permission, p, rulesets))
+            .collect()
     };
     if let Some(deny) = evals.iter().find(|e| e.action == Action::Deny) {
         return deny.clone();
@@ -79,9 +84,9 @@ pub fn evaluate_all(permission: &str, patterns: &[String], rulesets: &[&[Rule]])
 pub fn disabled(permission: &str, rulesets: &[&[Rule]]) -> bool {
     rulesets
         .iter()
-        .flat_map(|rs| rs.iter())
-        .filter(|r| wildcard::matches(&r.permission, permission))
-        .last()
+        .rev()
+        .flat_map(|rs| rs.iter().rev())
+        .find(|r| wildcard::matches(&r.permission, permission))
         .is_some_and(|r| r.pattern == "*" && r.action == Action::Deny)
 }
 
@@ -143,7 +148,9 @@ fn action(s: &str, at: &str) -> Result<Action, String> {
         "allow" => Ok(Action::Allow),
         "ask" => Ok(Action::Ask),
         "deny" => Ok(Action::Deny),
-        other => Err(format!("{at} is {other:?}; use \"allow\", \"ask\" or \"deny\"")),
+        other => Err(format!(
+            "{at} is {other:?}; use \"allow\", \"ask\" or \"deny\""
+        )),
     }
 }
 
@@ -179,7 +186,10 @@ mod tests {
 
     #[test]
     fn the_last_matching_rule_wins_across_agent_and_session() {
-        let agent = vec![rule("*", "*", Action::Allow), rule("read", "*.env", Action::Deny)];
+        let agent = vec![
+            rule("*", "*", Action::Allow),
+            rule("read", "*.env", Action::Deny),
+        ];
         let session = vec![rule("read", "secrets/*", Action::Ask)];
         let rs: [&[Rule]; 2] = [&agent, &session];
         assert_eq!(evaluate("read", "src/a.rs", &rs).action, Action::Allow);
@@ -209,15 +219,32 @@ mod tests {
             ]
         );
         // "*" deny comes after "*.example.com" allow, so it wins for everything.
-        assert_eq!(evaluate("webfetch", "api.example.com", &[&rules]).action, Action::Deny);
-        assert_eq!(rules_from_config(&json!("deny")).unwrap(), vec![rule("*", "*", Action::Deny)]);
-        assert!(rules_from_config(&json!({"read": "maybe"})).unwrap_err().contains("\"maybe\""));
-        assert!(rules_from_config(&json!({"read": 3})).unwrap_err().contains("permission.read"));
+        assert_eq!(
+            evaluate("webfetch", "api.example.com", &[&rules]).action,
+            Action::Deny
+        );
+        assert_eq!(
+            rules_from_config(&json!("deny")).unwrap(),
+            vec![rule("*", "*", Action::Deny)]
+        );
+        assert!(
+            rules_from_config(&json!({"read": "maybe"}))
+                .unwrap_err()
+                .contains("\"maybe\"")
+        );
+        assert!(
+            rules_from_config(&json!({"read": 3}))
+                .unwrap_err()
+                .contains("permission.read")
+        );
     }
 
     #[test]
     fn disabled_tools_are_denied_on_every_pattern() {
-        let rules = vec![rule("*", "*", Action::Allow), rule("webfetch", "*", Action::Deny)];
+        let rules = vec![
+            rule("*", "*", Action::Allow),
+            rule("webfetch", "*", Action::Deny),
+        ];
         assert!(disabled("webfetch", &[&rules]));
         assert!(!disabled("read", &[&rules]));
         let partial = vec![rule("read", "*.env", Action::Deny)];
@@ -226,9 +253,15 @@ mod tests {
 
     #[test]
     fn several_patterns_deny_if_any_denies() {
-        let rules = vec![rule("*", "*", Action::Allow), rule("edit", "/etc/*", Action::Deny)];
+        let rules = vec![
+            rule("*", "*", Action::Allow),
+            rule("edit", "/etc/*", Action::Deny),
+        ];
         let e = evaluate_all("edit", &["a.txt".into(), "/etc/passwd".into()], &[&rules]);
         assert_eq!(e.action, Action::Deny);
-        assert_eq!(evaluate_all("edit", &["a.txt".into()], &[&rules]).action, Action::Allow);
+        assert_eq!(
+            evaluate_all("edit", &["a.txt".into()], &[&rules]).action,
+            Action::Allow
+        );
     }
 }

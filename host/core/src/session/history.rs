@@ -3,7 +3,9 @@
 //! shown, with every tool call paired with a result.
 
 use warden_protocol::llm::{AssistantContent, ToolResultContent, UserContent};
-use warden_protocol::{AssistantInfo, ChatMessage, MessageInfo, MessageWithParts, Part, PartBody, ToolState, UserInfo};
+use warden_protocol::{
+    AssistantInfo, ChatMessage, MessageInfo, MessageWithParts, Part, PartBody, ToolState, UserInfo,
+};
 
 /// The latest user, assistant and finished assistant messages, by id.
 #[derive(Debug, Default)]
@@ -54,7 +56,13 @@ pub fn is_interrupted_orphan(p: &Part) -> bool {
 /// warden (not the provider), leaving out interrupted orphans.
 pub fn has_open_tool_calls(m: &MessageWithParts) -> bool {
     m.parts.iter().any(|p| {
-        matches!(&p.body, PartBody::Tool { provider_executed: false, .. }) && !is_interrupted_orphan(p)
+        matches!(
+            &p.body,
+            PartBody::Tool {
+                provider_executed: false,
+                ..
+            }
+        ) && !is_interrupted_orphan(p)
     })
 }
 
@@ -65,13 +73,16 @@ pub fn since_compaction(msgs: Vec<MessageWithParts>) -> Vec<MessageWithParts> {
     let mut start = 0;
     for (i, m) in msgs.iter().enumerate() {
         let is_compaction = matches!(&m.info, MessageInfo::User(_))
-            && m.parts.iter().any(|p| matches!(p.body, PartBody::Compaction { .. }));
+            && m.parts
+                .iter()
+                .any(|p| matches!(p.body, PartBody::Compaction { .. }));
         if !is_compaction {
             continue;
         }
         let summarised = msgs[i + 1..].iter().any(|a| match &m.info {
-            MessageInfo::User(u) => assistant(a)
-                .is_some_and(|a| a.parent_id == u.id && a.summary && a.finish.is_some() && a.error.is_none()),
+            MessageInfo::User(u) => assistant(a).is_some_and(|a| {
+                a.parent_id == u.id && a.summary && a.finish.is_some() && a.error.is_none()
+            }),
             MessageInfo::Assistant(_) => false,
         });
         if summarised {
@@ -95,7 +106,9 @@ pub fn to_chat(msgs: &[MessageWithParts]) -> Vec<ChatMessage> {
                     .parts
                     .iter()
                     .filter_map(|p| match &p.body {
-                        PartBody::Text { text, .. } if !text.is_empty() => Some(UserContent::Text { text: text.clone() }),
+                        PartBody::Text { text, .. } if !text.is_empty() => {
+                            Some(UserContent::Text { text: text.clone() })
+                        }
                         PartBody::Compaction { .. } => Some(UserContent::Text {
                             text: "What did we do so far?".into(),
                         }),
@@ -114,7 +127,9 @@ pub fn to_chat(msgs: &[MessageWithParts]) -> Vec<ChatMessage> {
                         PartBody::Text { text, .. } if !text.is_empty() => {
                             content.push(AssistantContent::Text { text: text.clone() })
                         }
-                        PartBody::Reasoning { text, metadata, .. } if !text.is_empty() || metadata.is_some() => {
+                        PartBody::Reasoning { text, metadata, .. }
+                            if !text.is_empty() || metadata.is_some() =>
+                        {
                             content.push(AssistantContent::Reasoning {
                                 text: text.clone(),
                                 metadata: metadata.clone(),
@@ -155,11 +170,15 @@ fn result_of(call_id: &str, tool: &str, state: &ToolState) -> ToolResultContent 
             error,
             interrupted: true,
             ..
-        } => (format!("The tool call was interrupted before it finished: {error}"), true),
+        } => (
+            format!("The tool call was interrupted before it finished: {error}"),
+            true,
+        ),
         ToolState::Error { error, .. } => (format!("Error: {error}"), true),
-        ToolState::Pending { .. } | ToolState::Running { .. } => {
-            ("The tool call was interrupted before it finished.".to_string(), true)
-        }
+        ToolState::Pending { .. } | ToolState::Running { .. } => (
+            "The tool call was interrupted before it finished.".to_string(),
+            true,
+        ),
     };
     ToolResultContent {
         call_id: call_id.to_string(),
@@ -243,7 +262,11 @@ mod tests {
 
     #[test]
     fn latest_is_by_id_not_position() {
-        let msgs = vec![user("msg_3"), assistant_msg("msg_2", "msg_1", vec![]), user("msg_1")];
+        let msgs = vec![
+            user("msg_3"),
+            assistant_msg("msg_2", "msg_1", vec![]),
+            user("msg_1"),
+        ];
         let l = latest(&msgs);
         assert_eq!(l.user.unwrap().id.as_str(), "msg_3");
         assert_eq!(l.assistant.unwrap().info.id().as_str(), "msg_2");
@@ -252,8 +275,18 @@ mod tests {
 
     #[test]
     fn every_call_is_paired_with_a_result() {
-        let running = ToolState::pending().start(json!({"filePath": "a"}), 1).unwrap();
-        let done = running.complete(json!({"filePath": "a"}), "1\tx".into(), "a".into(), json!({}), 2).unwrap();
+        let running = ToolState::pending()
+            .start(json!({"filePath": "a"}), 1)
+            .unwrap();
+        let done = running
+            .complete(
+                json!({"filePath": "a"}),
+                "1\tx".into(),
+                "a".into(),
+                json!({}),
+                2,
+            )
+            .unwrap();
         let failed = running.fail("no such file".into(), None, 2).unwrap();
         let cut = running.interrupt("the process stopped", 3).unwrap();
         let msgs = vec![
@@ -261,21 +294,38 @@ mod tests {
             assistant_msg(
                 "msg_2",
                 "msg_1",
-                vec![tool("msg_2", "c1", done), tool("msg_2", "c2", failed), tool("msg_2", "c3", cut), tool("msg_2", "c4", running)],
+                vec![
+                    tool("msg_2", "c1", done),
+                    tool("msg_2", "c2", failed),
+                    tool("msg_2", "c3", cut),
+                    tool("msg_2", "c4", running),
+                ],
             ),
         ];
         let chat = to_chat(&msgs);
         assert_eq!(chat.len(), 3);
-        let ChatMessage::Tool { content } = &chat[2] else { panic!("{chat:?}") };
-        let summary: Vec<(&str, bool, &str)> =
-            content.iter().map(|r| (r.call_id.as_str(), r.is_error, r.output.as_str())).collect();
+        let ChatMessage::Tool { content } = &chat[2] else {
+            panic!("{chat:?}")
+        };
+        let summary: Vec<(&str, bool, &str)> = content
+            .iter()
+            .map(|r| (r.call_id.as_str(), r.is_error, r.output.as_str()))
+            .collect();
         assert_eq!(
             summary,
             vec![
                 ("c1", false, "1\tx"),
                 ("c2", true, "Error: no such file"),
-                ("c3", true, "The tool call was interrupted before it finished: the process stopped"),
-                ("c4", true, "The tool call was interrupted before it finished."),
+                (
+                    "c3",
+                    true,
+                    "The tool call was interrupted before it finished: the process stopped"
+                ),
+                (
+                    "c4",
+                    true,
+                    "The tool call was interrupted before it finished."
+                ),
             ]
         );
     }

@@ -10,7 +10,12 @@ use std::sync::OnceLock;
 pub fn holder_id() -> String {
     static NONCE: OnceLock<u64> = OnceLock::new();
     let nonce = *NONCE.get_or_init(rand::random::<u64>);
-    format!("{}:{}:{}:{nonce:x}", hostname(), std::process::id(), start_time(std::process::id()).unwrap_or(0))
+    format!(
+        "{}:{}:{}:{nonce:x}",
+        hostname(),
+        std::process::id(),
+        start_time(std::process::id()).unwrap_or(0)
+    )
 }
 
 /// Whether `holder` was a process on this host that is no longer running.
@@ -71,7 +76,10 @@ mod tests {
             // pid_max is at most 2^22, so this pid cannot exist.
             assert!(holder_is_dead(&format!("{host}:4194305:123:0")));
         }
-        assert!(!holder_is_dead("elsewhere:1:2:3"), "other hosts are trusted until expiry");
+        assert!(
+            !holder_is_dead("elsewhere:1:2:3"),
+            "other hosts are trusted until expiry"
+        );
         assert!(!holder_is_dead("garbage"));
     }
 }

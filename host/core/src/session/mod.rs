@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use warden_protocol::{
-    Action, MessageId, MessageInfo, MessageWithParts, ModelRef, Part, PartBody, Rule, SessionId, SessionInfo,
-    SessionStatus, UserInfo,
+    Action, MessageId, MessageInfo, MessageWithParts, ModelRef, Part, PartBody, Rule, SessionId,
+    SessionInfo, SessionStatus, UserInfo,
 };
 
 use crate::agent::Agents;
@@ -140,20 +140,36 @@ impl Core {
     /// Start a session working in `directory` (which must exist).
     pub fn create_session(&self, directory: &Path, title: &str) -> Result<SessionInfo> {
         let dir = std::fs::canonicalize(directory).map_err(|e| {
-            CoreError::Config(format!("the working directory {} cannot be used: {e}", directory.display()))
+            CoreError::Config(format!(
+                "the working directory {} cannot be used: {e}",
+                directory.display()
+            ))
         })?;
         if !dir.is_dir() {
-            return Err(CoreError::Config(format!("{} is not a directory", dir.display())));
+            return Err(CoreError::Config(format!(
+                "{} is not a directory",
+                dir.display()
+            )));
         }
         let title: String = title.chars().take(80).collect();
-        self.inner.ledger.create_session(&dir.to_string_lossy(), &title)
+        self.inner
+            .ledger
+            .create_session(&dir.to_string_lossy(), &title)
     }
 
     /// Which model a prompt uses (its own, the agent's, the config's, or the
     /// one the session used last), checked to be usable. Front ends call
     /// this before creating a session, so a bad model writes nothing.
-    pub fn choose_model(&self, explicit: Option<&ModelRef>, agent: Option<&str>, session: Option<&SessionId>) -> Result<ModelRef> {
-        let agent = self.inner.agents.get(agent.unwrap_or(self.inner.agents.default_name()))?;
+    pub fn choose_model(
+        &self,
+        explicit: Option<&ModelRef>,
+        agent: Option<&str>,
+        session: Option<&SessionId>,
+    ) -> Result<ModelRef> {
+        let agent = self
+            .inner
+            .agents
+            .get(agent.unwrap_or(self.inner.agents.default_name()))?;
         let model = if let Some(m) = explicit {
             m.clone()
         } else if let Some(m) = &agent.model {
@@ -162,7 +178,9 @@ impl Core {
             Models::parse(m)?
         } else {
             let last = match session {
-                Some(s) => history::latest(&self.inner.ledger.messages(s)?).user.map(|u| u.model.clone()),
+                Some(s) => history::latest(&self.inner.ledger.messages(s)?)
+                    .user
+                    .map(|u| u.model.clone()),
                 None => None,
             };
             last.ok_or_else(|| {
@@ -186,7 +204,8 @@ impl Core {
             .unwrap_or_else(|| self.inner.agents.default_name().to_string());
         let agent = self.inner.agents.get(&agent_name)?;
         // Resolved before writing anything: a bad model or cassette leaves the ledger untouched.
-        let model = self.choose_model(input.model.as_ref(), Some(&agent.name), Some(&session.id))?;
+        let model =
+            self.choose_model(input.model.as_ref(), Some(&agent.name), Some(&session.id))?;
         if input.text.trim().is_empty() {
             return Err(CoreError::Config("the prompt is empty".into()));
         }
@@ -223,12 +242,17 @@ impl Core {
                 rules.retain(|r| !(r.permission == rule.permission && r.pattern == "*"));
                 rules.push(rule);
             }
-            self.inner.ledger.set_session_permission(&session.id, &rules)?;
+            self.inner
+                .ledger
+                .set_session_permission(&session.id, &rules)?;
         }
 
         let user_id = info.id().clone();
         if input.no_reply {
-            return Ok(MessageWithParts { info, parts: vec![part] });
+            return Ok(MessageWithParts {
+                info,
+                parts: vec![part],
+            });
         }
         // A run that was already ending when this message landed may not have
         // seen it; run again until an answer to it exists.
@@ -256,9 +280,13 @@ impl Core {
         let id = session.clone();
         self.inner
             .runners
-            .ensure_running(session, move |cancel| async move { core.run_leased(&id, cancel).await })
+            .ensure_running(session, move |cancel| async move {
+                core.run_leased(&id, cancel).await
+            })
             .await
-            .map_err(|e| Arc::try_unwrap(e).unwrap_or_else(|shared| CoreError::Internal(shared.to_string())))
+            .map_err(|e| {
+                Arc::try_unwrap(e).unwrap_or_else(|shared| CoreError::Internal(shared.to_string()))
+            })
     }
 
     /// Cancel the session's run: the model stream and running guest calls
@@ -268,7 +296,11 @@ impl Core {
     }
 
     /// Take the lease, keep it fresh, run the loop, give it back.
-    async fn run_leased(&self, session: &SessionId, cancel: CancellationToken) -> Result<MessageWithParts> {
+    async fn run_leased(
+        &self,
+        session: &SessionId,
+        cancel: CancellationToken,
+    ) -> Result<MessageWithParts> {
         let ttl = self.inner.options.lease_ttl.as_millis() as i64;
         let ledger = &self.inner.ledger;
         let holder = &self.inner.holder;
@@ -294,7 +326,9 @@ impl Core {
                             cancel.cancel();
                             return;
                         }
-                        Err(e) => tracing::warn!(%session, error = %e, "could not renew the runner lease"),
+                        Err(e) => {
+                            tracing::warn!(%session, error = %e, "could not renew the runner lease")
+                        }
                     }
                 }
             })

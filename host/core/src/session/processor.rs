@@ -17,8 +17,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use warden_protocol::part::TextTime;
 use warden_protocol::{
-    Action, AssistantInfo, Event, LlmEvent, LlmRequest, MessageError, MessageInfo, MessageWithParts, Part, PartBody,
-    PermissionReply, PermissionRequest, ProviderError, SessionInfo, SessionStatus, ToolState,
+    Action, AssistantInfo, Event, LlmEvent, LlmRequest, MessageError, MessageInfo,
+    MessageWithParts, Part, PartBody, PermissionReply, PermissionRequest, ProviderError,
+    SessionInfo, SessionStatus, ToolState,
 };
 
 use super::CoreInner;
@@ -60,8 +61,15 @@ impl From<CoreError> for Halt {
 
 /// Results and progress from tool calls running in their own tasks.
 enum Feedback {
-    Done { call_id: String, outcome: CallOutcome },
-    Progress { call_id: String, title: Option<String>, metadata: Value },
+    Done {
+        call_id: String,
+        outcome: CallOutcome,
+    },
+    Progress {
+        call_id: String,
+        title: Option<String>,
+        metadata: Value,
+    },
 }
 
 /// A text or reasoning part being streamed.
@@ -151,7 +159,10 @@ impl<'a> Processor<'a> {
                     Some(wait) => {
                         // What the failed attempt left half-streamed is closed before the next one.
                         self.close_streamed()?;
-                        self.interrupt_calls(true, "the model's stream failed before the call was complete")?;
+                        self.interrupt_calls(
+                            true,
+                            "the model's stream failed before the call was complete",
+                        )?;
                         self.core.status.set(
                             &session_id,
                             SessionStatus::Retry {
@@ -184,7 +195,9 @@ impl<'a> Processor<'a> {
                 self.drain(&mut rx).await?;
                 let error = if e.kind == warden_protocol::llm::ErrorKind::ContextOverflow {
                     self.needs_compaction = true;
-                    MessageError::ContextOverflow { message: e.message.clone() }
+                    MessageError::ContextOverflow {
+                        message: e.message.clone(),
+                    }
                 } else {
                     MessageError::Provider {
                         message: e.message.clone(),
@@ -210,9 +223,13 @@ impl<'a> Processor<'a> {
                 self.tasks.abort_all();
                 // Best effort: leave no open parts behind, then report the real failure.
                 let _ = self.close_streamed();
-                let _ = self.interrupt_calls(false, "warden stopped this step after an internal error");
+                let _ =
+                    self.interrupt_calls(false, "warden stopped this step after an internal error");
                 self.info.completed = Some(now_ms());
-                let _ = self.core.ledger.put_message(&MessageInfo::Assistant(self.info.clone()));
+                let _ = self
+                    .core
+                    .ledger
+                    .put_message(&MessageInfo::Assistant(self.info.clone()));
                 return Err(e);
             }
         };
@@ -220,7 +237,9 @@ impl<'a> Processor<'a> {
         self.close_streamed()?;
         self.interrupt_calls(false, cleanup_reason)?;
         self.info.completed = Some(now_ms());
-        self.core.ledger.put_message(&MessageInfo::Assistant(self.info.clone()))?;
+        self.core
+            .ledger
+            .put_message(&MessageInfo::Assistant(self.info.clone()))?;
 
         Ok(if self.needs_compaction {
             Outcome::Compact
@@ -232,7 +251,11 @@ impl<'a> Processor<'a> {
     }
 
     /// Consume one stream until it ends, fails, or the session is cancelled.
-    async fn consume(&mut self, mut stream: EventStream, rx: &mut mpsc::UnboundedReceiver<Feedback>) -> Result<(), Halt> {
+    async fn consume(
+        &mut self,
+        mut stream: EventStream,
+        rx: &mut mpsc::UnboundedReceiver<Feedback>,
+    ) -> Result<(), Halt> {
         let cancel = self.cancel.clone();
         loop {
             tokio::select! {
@@ -308,7 +331,10 @@ impl<'a> Processor<'a> {
                 name,
                 input,
                 provider_executed,
-            } => self.tool_call(call_id, name, input, provider_executed).await?,
+            } => {
+                self.tool_call(call_id, name, input, provider_executed)
+                    .await?
+            }
             LlmEvent::ToolResult {
                 call_id,
                 output,
@@ -321,13 +347,24 @@ impl<'a> Processor<'a> {
                     &call_id,
                     CallOutcome::Completed {
                         input,
-                        output: crate::tool::ToolOutput { output, title, metadata },
+                        output: crate::tool::ToolOutput {
+                            output,
+                            title,
+                            metadata,
+                        },
                     },
                 )?;
             }
             LlmEvent::ToolError { call_id, error } => {
                 let input = self.call_input(&call_id);
-                self.finish_call(&call_id, CallOutcome::Failed { input, error, denied: false })?;
+                self.finish_call(
+                    &call_id,
+                    CallOutcome::Failed {
+                        input,
+                        error,
+                        denied: false,
+                    },
+                )?;
             }
             LlmEvent::FinishStep { reason, usage, .. } => {
                 self.saw_finish = true;
@@ -336,8 +373,14 @@ impl<'a> Processor<'a> {
                 self.info.finish = Some(reason);
                 self.info.tokens = tokens;
                 self.info.cost += cost;
-                self.write_new(PartBody::StepFinish { reason, tokens, cost })?;
-                self.core.ledger.put_message(&MessageInfo::Assistant(self.info.clone()))?;
+                self.write_new(PartBody::StepFinish {
+                    reason,
+                    tokens,
+                    cost,
+                })?;
+                self.core
+                    .ledger
+                    .put_message(&MessageInfo::Assistant(self.info.clone()))?;
                 if let Some(limit) = self.model.info.context_limit {
                     let reserve = self.model.info.output_limit.unwrap_or(0) as u64;
                     if tokens.total() > limit.saturating_sub(reserve) {
@@ -358,10 +401,22 @@ impl<'a> Processor<'a> {
 
     // ---- tool calls ----
 
-    async fn tool_call(&mut self, call_id: String, name: String, raw: String, provider_executed: bool) -> Result<(), Halt> {
+    async fn tool_call(
+        &mut self,
+        call_id: String,
+        name: String,
+        raw: String,
+        provider_executed: bool,
+    ) -> Result<(), Halt> {
         let idx = self.ensure_pending(&call_id, &name)?;
-        if !matches!(self.calls[idx].tool_state(), Some(ToolState::Pending { .. })) {
-            tracing::warn!(call_id, "the model sent the same tool call twice; the repeat is ignored");
+        if !matches!(
+            self.calls[idx].tool_state(),
+            Some(ToolState::Pending { .. })
+        ) {
+            tracing::warn!(
+                call_id,
+                "the model sent the same tool call twice; the repeat is ignored"
+            );
             return Ok(());
         }
         if let PartBody::Tool {
@@ -387,7 +442,10 @@ impl<'a> Processor<'a> {
                 json_kind(&other),
                 clip(&raw, 200)
             )),
-            Err(e) => Err(format!("the arguments are not valid JSON ({e}): {}", clip(&raw, 200))),
+            Err(e) => Err(format!(
+                "the arguments are not valid JSON ({e}): {}",
+                clip(&raw, 200)
+            )),
         };
         let input = parsed.as_ref().cloned().unwrap_or_else(|_| json!({}));
         self.transition(idx, |s, now| s.start(input.clone(), now))?;
@@ -404,13 +462,18 @@ impl<'a> Processor<'a> {
             let error = if offered.is_empty() {
                 format!("unknown tool `{name}`: no tools are available on this step")
             } else {
-                format!("unknown tool `{name}`; the tools available are: {}", offered.join(", "))
+                format!(
+                    "unknown tool `{name}`; the tools available are: {}",
+                    offered.join(", ")
+                )
             };
             self.transition(idx, |s, now| s.fail(error.clone(), None, now))?;
             return Ok(());
         };
 
-        if self.is_doom_loop(&name, &input) && !self.doom_loop_allowed(&call_id, &name, &input).await {
+        if self.is_doom_loop(&name, &input)
+            && !self.doom_loop_allowed(&call_id, &name, &input).await
+        {
             let error = format!(
                 "permission denied: `{name}` was called {DOOM_LOOP_THRESHOLD} times in a row with the same arguments, and the `doom_loop` permission was not granted; try something different"
             );
@@ -436,7 +499,11 @@ impl<'a> Processor<'a> {
             },
             tool: def,
             input,
-            rules: [self.agent.rules.as_slice(), self.session.permission.as_slice()].concat(),
+            rules: [
+                self.agent.rules.as_slice(),
+                self.session.permission.as_slice(),
+            ]
+            .concat(),
             cancel: self.cancel.child_token(),
             progress: Arc::new(move |title, metadata| {
                 let _ = progress_tx.send(Feedback::Progress {
@@ -464,10 +531,15 @@ impl<'a> Processor<'a> {
                 }
                 self.finish_call(&call_id, outcome)?;
             }
-            Feedback::Progress { call_id, title, metadata } => {
+            Feedback::Progress {
+                call_id,
+                title,
+                metadata,
+            } => {
                 if let Some(idx) = self.call_index(&call_id) {
                     // Progress for a call that already ended is dropped.
-                    let _ = self.transition(idx, |s, _| s.progress(title.clone(), metadata.clone()));
+                    let _ =
+                        self.transition(idx, |s, _| s.progress(title.clone(), metadata.clone()));
                 }
             }
         }
@@ -477,18 +549,35 @@ impl<'a> Processor<'a> {
     /// A result lands only on a running call with that id.
     fn finish_call(&mut self, call_id: &str, outcome: CallOutcome) -> Result<()> {
         let Some(idx) = self.call_index(call_id) else {
-            tracing::warn!(call_id, "a result for a tool call this message does not have was dropped");
+            tracing::warn!(
+                call_id,
+                "a result for a tool call this message does not have was dropped"
+            );
             return Ok(());
         };
-        if !matches!(self.calls[idx].tool_state(), Some(ToolState::Running { .. })) {
-            tracing::warn!(call_id, "a result for a tool call that is not running was dropped");
+        if !matches!(
+            self.calls[idx].tool_state(),
+            Some(ToolState::Running { .. })
+        ) {
+            tracing::warn!(
+                call_id,
+                "a result for a tool call that is not running was dropped"
+            );
             return Ok(());
         }
         match outcome {
             CallOutcome::Completed { input, output } => self.transition(idx, |s, now| {
-                s.complete(input.clone(), output.output.clone(), output.title.clone(), output.metadata.clone(), now)
+                s.complete(
+                    input.clone(),
+                    output.output.clone(),
+                    output.title.clone(),
+                    output.metadata.clone(),
+                    now,
+                )
             }),
-            CallOutcome::Failed { error, .. } => self.transition(idx, |s, now| s.fail(error.clone(), None, now)),
+            CallOutcome::Failed { error, .. } => {
+                self.transition(idx, |s, now| s.fail(error.clone(), None, now))
+            }
         }
     }
 
@@ -509,16 +598,23 @@ impl<'a> Processor<'a> {
         if recent.len() < DOOM_LOOP_THRESHOLD {
             return false;
         }
-        recent[recent.len() - DOOM_LOOP_THRESHOLD..].iter().all(|p| match &p.body {
-            PartBody::Tool { tool, state, .. } => {
-                tool == name && !matches!(state, ToolState::Pending { .. }) && state.input() == input
-            }
-            _ => false,
-        })
+        recent[recent.len() - DOOM_LOOP_THRESHOLD..]
+            .iter()
+            .all(|p| match &p.body {
+                PartBody::Tool { tool, state, .. } => {
+                    tool == name
+                        && !matches!(state, ToolState::Pending { .. })
+                        && state.input() == input
+                }
+                _ => false,
+            })
     }
 
     async fn doom_loop_allowed(&self, call_id: &str, name: &str, input: &Value) -> bool {
-        let rules = [self.agent.rules.as_slice(), self.session.permission.as_slice()];
+        let rules = [
+            self.agent.rules.as_slice(),
+            self.session.permission.as_slice(),
+        ];
         let eval = permission::evaluate("doom_loop", name, &rules);
         match eval.action {
             Action::Allow => true,
@@ -546,7 +642,11 @@ impl<'a> Processor<'a> {
                     decision: format!("asked:{}", reply_name(reply)),
                     rule: Some(eval.describe()),
                     duration_us: None,
-                    outcome: Some(if reply == PermissionReply::Reject { "refused".into() } else { "ok".into() }),
+                    outcome: Some(if reply == PermissionReply::Reject {
+                        "refused".into()
+                    } else {
+                        "ok".into()
+                    }),
                 };
                 if let Err(e) = self.core.ledger.audit(&entry) {
                     tracing::warn!(error = %e, "could not write the audit trail");
@@ -572,7 +672,9 @@ impl<'a> Processor<'a> {
                 {
                     *state = next;
                 }
-                self.core.ledger.put_part(&self.calls[idx], PartWrite::Changed)?;
+                self.core
+                    .ledger
+                    .put_part(&self.calls[idx], PartWrite::Changed)?;
             }
         }
         Ok(())
@@ -628,7 +730,10 @@ impl<'a> Processor<'a> {
     fn transition(
         &mut self,
         idx: usize,
-        f: impl FnOnce(&ToolState, i64) -> std::result::Result<ToolState, warden_protocol::TransitionError>,
+        f: impl FnOnce(
+            &ToolState,
+            i64,
+        ) -> std::result::Result<ToolState, warden_protocol::TransitionError>,
     ) -> Result<()> {
         let now = now_ms();
         let part = &mut self.calls[idx];
@@ -679,13 +784,17 @@ impl<'a> Processor<'a> {
     }
 
     fn append_streamed(&mut self, id: &str, delta: &str) -> Result<()> {
-        let Some(s) = self.streamed.get_mut(id) else { return Ok(()) };
+        let Some(s) = self.streamed.get_mut(id) else {
+            return Ok(());
+        };
         if let PartBody::Text { text, .. } | PartBody::Reasoning { text, .. } = &mut s.part.body {
             text.push_str(delta);
         }
         s.unflushed.push_str(delta);
         if s.flushed_at.elapsed() >= FLUSH_EVERY {
-            self.core.ledger.put_part(&s.part, PartWrite::Delta(&s.unflushed))?;
+            self.core
+                .ledger
+                .put_part(&s.part, PartWrite::Delta(&s.unflushed))?;
             s.unflushed.clear();
             s.flushed_at = Instant::now();
         }
@@ -693,15 +802,15 @@ impl<'a> Processor<'a> {
     }
 
     fn end_streamed(&mut self, id: &str, metadata: Option<Value>) -> Result<()> {
-        let Some(mut s) = self.streamed.remove(id) else { return Ok(()) };
+        let Some(mut s) = self.streamed.remove(id) else {
+            return Ok(());
+        };
         let now = now_ms();
         match &mut s.part.body {
-            PartBody::Text { time, .. } => {
-                if let Some(t) = time {
-                    t.end = Some(now);
-                }
-            }
-            PartBody::Reasoning { time, metadata: m, .. } => {
+            PartBody::Text { time: Some(t), .. } => t.end = Some(now),
+            PartBody::Reasoning {
+                time, metadata: m, ..
+            } => {
                 if let Some(t) = time {
                     t.end = Some(now);
                 }

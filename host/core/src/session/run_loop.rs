@@ -11,8 +11,8 @@
 use tokio_util::sync::CancellationToken;
 use warden_protocol::llm::AssistantContent;
 use warden_protocol::{
-    AssistantInfo, ChatMessage, Event, FinishReason, LlmRequest, MessageError, MessageId, MessageInfo,
-    MessageWithParts, PartBody, SessionId, SessionInfo, SessionStatus, ToolSpec,
+    AssistantInfo, ChatMessage, Event, FinishReason, LlmRequest, MessageError, MessageId,
+    MessageInfo, MessageWithParts, PartBody, SessionId, SessionInfo, SessionStatus, ToolSpec,
 };
 
 use super::history::{self, assistant};
@@ -30,7 +30,11 @@ const STALE: &str = "the warden process running this call stopped before it fini
 
 /// Run the session until the exit rule holds, the processor says stop, or
 /// the run is cancelled. Returns the last assistant message.
-pub(crate) async fn run(core: &CoreInner, session_id: &SessionId, cancel: &CancellationToken) -> Result<MessageWithParts> {
+pub(crate) async fn run(
+    core: &CoreInner,
+    session_id: &SessionId,
+    cancel: &CancellationToken,
+) -> Result<MessageWithParts> {
     recover_stale(core, session_id)?;
     loop {
         if cancel.is_cancelled() {
@@ -56,7 +60,12 @@ pub(crate) async fn run(core: &CoreInner, session_id: &SessionId, cancel: &Cance
 
         let agent = core.agents.get(&user.agent)?;
         let model = core.models.resolve(&user.model)?;
-        let step = msgs.iter().filter_map(assistant).filter(|a| a.id > user.id).count() as u32 + 1;
+        let step = msgs
+            .iter()
+            .filter_map(assistant)
+            .filter(|a| a.id > user.id)
+            .count() as u32
+            + 1;
         let last_step = agent.steps.is_some_and(|max| step >= max);
 
         let info = AssistantInfo {
@@ -73,9 +82,14 @@ pub(crate) async fn run(core: &CoreInner, session_id: &SessionId, cancel: &Cance
             error: None,
             summary: false,
         };
-        core.ledger.put_message(&MessageInfo::Assistant(info.clone()))?;
+        core.ledger
+            .put_message(&MessageInfo::Assistant(info.clone()))?;
 
-        let tools = if last_step { Vec::new() } else { resolve_tools(core, agent, &session) };
+        let tools = if last_step {
+            Vec::new()
+        } else {
+            resolve_tools(core, agent, &session)
+        };
         let mut messages = history::to_chat(&msgs);
         if last_step {
             messages.push(ChatMessage::Assistant {
@@ -101,9 +115,18 @@ pub(crate) async fn run(core: &CoreInner, session_id: &SessionId, cancel: &Cance
             max_output_tokens: model.info.output_limit,
         };
 
-        let outcome = Processor::new(core, &session, agent, &model, info, &msgs, tools, cancel.clone())
-            .process(request)
-            .await?;
+        let outcome = Processor::new(
+            core,
+            &session,
+            agent,
+            &model,
+            info,
+            &msgs,
+            tools,
+            cancel.clone(),
+        )
+        .process(request)
+        .await?;
         match outcome {
             Outcome::Continue => continue,
             Outcome::Stop => break,
@@ -142,7 +165,9 @@ fn resolve_tools(core: &CoreInner, agent: &Agent, session: &SessionInfo) -> Vec<
 fn recover_stale(core: &CoreInner, session_id: &SessionId) -> Result<()> {
     let now = now_ms();
     for m in core.ledger.messages(session_id)? {
-        let MessageInfo::Assistant(mut info) = m.info else { continue };
+        let MessageInfo::Assistant(mut info) = m.info else {
+            continue;
+        };
         if info.completed.is_some() {
             continue;
         }

@@ -64,7 +64,9 @@ impl Runners {
                                     .cloned()
                                     .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                                     .unwrap_or_else(|| "unknown panic".into());
-                                Err(Arc::new(CoreError::Internal(format!("the session loop panicked: {what}"))))
+                                Err(Arc::new(CoreError::Internal(format!(
+                                    "the session loop panicked: {what}"
+                                ))))
                             }
                         };
                         runners.lock().remove(&session);
@@ -79,7 +81,9 @@ impl Runners {
                 return result;
             }
             if rx.changed().await.is_err() {
-                return Err(Arc::new(CoreError::Internal("the session runner went away".into())));
+                return Err(Arc::new(CoreError::Internal(
+                    "the session runner went away".into(),
+                )));
             }
         }
     }

@@ -12,8 +12,8 @@ use super::*;
 use crate::llm::scripted::ScriptedProvider;
 use crate::llm::{ModelInfo, Prices, ResolvedModel};
 use crate::tool::{
-    AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, GuestRef, HookDef, PatternSource, ToolDef,
-    ToolOutput,
+    AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, GuestRef, HookDef,
+    PatternSource, ToolDef, ToolOutput,
 };
 
 /// `echo` returns its arguments; `fail` always fails.
@@ -50,7 +50,10 @@ impl ToolHost for RustTools {
         arguments: &str,
         _o: Arc<dyn CallObserver>,
     ) -> std::result::Result<ToolOutput, GuestError> {
-        self.ran.lock().unwrap().push(format!("{} {arguments}", tool.id));
+        self.ran
+            .lock()
+            .unwrap()
+            .push(format!("{} {arguments}", tool.id));
         match tool.id.as_str() {
             "echo" => Ok(ToolOutput {
                 output: format!("echo {arguments}"),
@@ -198,11 +201,25 @@ async fn a_tool_call_then_an_answer_takes_two_requests() {
     assert_eq!(answer.text(), "done");
     let reqs = s.provider.requests();
     assert_eq!(reqs.len(), 2);
-    assert_eq!(reqs[0].tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["echo", "fail"]);
-    assert_eq!(tool_results(&reqs[1]), vec![("c1".into(), false, r#"echo {"path":"a"}"#.into())]);
+    assert_eq!(
+        reqs[0]
+            .tools
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>(),
+        ["echo", "fail"]
+    );
+    assert_eq!(
+        tool_results(&reqs[1]),
+        vec![("c1".into(), false, r#"echo {"path":"a"}"#.into())]
+    );
     assert_eq!(
         tool_timeline(&s),
-        vec![("c1".into(), "pending".into()), ("c1".into(), "running".into()), ("c1".into(), "completed".into())]
+        vec![
+            ("c1".into(), "pending".into()),
+            ("c1".into(), "running".into()),
+            ("c1".into(), "completed".into())
+        ]
     );
     assert_eq!(reqs[1].prior_turns, 1);
 }
@@ -235,12 +252,24 @@ async fn three_identical_calls_ask_doom_loop_and_nobody_attached_denies() {
     let s = setup(json!({ "turns": turns }), "{}");
     let mut events = s.core.bus().subscribe();
     s.core.prompt(prompt(&s, "go")).await.unwrap();
-    assert_eq!(s.provider.requests().len(), 3, "the loop stopped after the denial");
-    assert_eq!(s.tools.ran.lock().unwrap().len(), 2, "the third call never ran");
+    assert_eq!(
+        s.provider.requests().len(),
+        3,
+        "the loop stopped after the denial"
+    );
+    assert_eq!(
+        s.tools.ran.lock().unwrap().len(),
+        2,
+        "the third call never ran"
+    );
     let states = tool_states(&s);
     assert_eq!(states.len(), 3);
     match &states[2] {
-        ToolState::Error { error, interrupted: false, .. } => assert!(error.contains("doom_loop"), "{error}"),
+        ToolState::Error {
+            error,
+            interrupted: false,
+            ..
+        } => assert!(error.contains("doom_loop"), "{error}"),
         other => panic!("{other:?}"),
     }
     let mut asked = None;
@@ -270,7 +299,12 @@ async fn the_last_step_offers_no_tools_and_says_so() {
     assert!(reqs[1].tools.is_empty());
     match reqs[1].messages.last() {
         Some(ChatMessage::Assistant { content }) => {
-            assert_eq!(content, &vec![AssistantContent::Text { text: system::MAX_STEPS.into() }])
+            assert_eq!(
+                content,
+                &vec![AssistantContent::Text {
+                    text: system::MAX_STEPS.into()
+                }]
+            )
         }
         other => panic!("{other:?}"),
     }
@@ -295,14 +329,37 @@ async fn bad_calls_become_error_parts_and_the_model_is_told() {
     let results = tool_results(&reqs[1]);
     assert_eq!(results.len(), 4);
     assert!(results.iter().all(|(_, is_error, _)| *is_error));
-    assert!(results[0].2.contains("unknown tool `nope`; the tools available are: echo, fail"), "{}", results[0].2);
+    assert!(
+        results[0]
+            .2
+            .contains("unknown tool `nope`; the tools available are: echo, fail"),
+        "{}",
+        results[0].2
+    );
     assert!(results[1].2.contains("not valid JSON"), "{}", results[1].2);
-    assert!(results[2].2.contains("must be a JSON object, but the model sent an array"), "{}", results[2].2);
+    assert!(
+        results[2]
+            .2
+            .contains("must be a JSON object, but the model sent an array"),
+        "{}",
+        results[2].2
+    );
     assert_eq!(results[3].2, "Error: it failed");
-    assert!(s.tools.ran.lock().unwrap().iter().all(|r| r.starts_with("fail")));
+    assert!(
+        s.tools
+            .ran
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|r| r.starts_with("fail"))
+    );
     let timeline = tool_timeline(&s);
     for c in ["c1", "c2", "c3", "c4"] {
-        let states: Vec<&str> = timeline.iter().filter(|(id, _)| id == c).map(|(_, st)| st.as_str()).collect();
+        let states: Vec<&str> = timeline
+            .iter()
+            .filter(|(id, _)| id == c)
+            .map(|(_, st)| st.as_str())
+            .collect();
         assert_eq!(states, ["pending", "running", "error"], "{c}");
     }
 }
@@ -320,12 +377,18 @@ async fn a_denied_call_never_reaches_the_host() {
     assert!(s.tools.ran.lock().unwrap().is_empty());
     assert_eq!(s.provider.requests().len(), 1, "a denial stops the loop");
     match &tool_states(&s)[0] {
-        ToolState::Error { error, .. } => assert!(error.contains("denied by the rule `echo *.env deny`"), "{error}"),
+        ToolState::Error { error, .. } => assert!(
+            error.contains("denied by the rule `echo *.env deny`"),
+            "{error}"
+        ),
         other => panic!("{other:?}"),
     }
     let audit = s.core.ledger().audit_trail(&s.session.id).unwrap();
     assert_eq!(audit.len(), 1);
-    assert_eq!((audit[0].stage.as_str(), audit[0].decision.as_str()), ("permission", "denied"));
+    assert_eq!(
+        (audit[0].stage.as_str(), audit[0].decision.as_str()),
+        ("permission", "denied")
+    );
 }
 
 #[tokio::test]
@@ -368,7 +431,9 @@ async fn retryable_errors_are_retried_with_status_events() {
     }
     assert_eq!(statuses.len(), 4, "{statuses:?}");
     assert_eq!(statuses[0], SessionStatus::Busy);
-    assert!(matches!(&statuses[1], SessionStatus::Retry { attempt: 1, message, .. } if message.contains("slow down")));
+    assert!(
+        matches!(&statuses[1], SessionStatus::Retry { attempt: 1, message, .. } if message.contains("slow down"))
+    );
     assert_eq!(statuses[2], SessionStatus::Busy);
     assert_eq!(statuses[3], SessionStatus::Idle);
 }

@@ -21,7 +21,10 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use warden_protocol::{Action, PermissionReply, PermissionRequest, Rule};
 
-use super::{AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookDef, ToolDef, ToolHost, ToolOutput};
+use super::{
+    AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookDef, ToolDef,
+    ToolHost, ToolOutput,
+};
 use crate::clock::now_ms;
 use crate::ledger::{AuditEntry, Ledger};
 use crate::permission::{self, Permissions, wildcard};
@@ -52,7 +55,10 @@ pub struct CallRequest {
 /// How the call ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CallOutcome {
-    Completed { input: Value, output: ToolOutput },
+    Completed {
+        input: Value,
+        output: ToolOutput,
+    },
     Failed {
         input: Value,
         error: String,
@@ -68,7 +74,11 @@ pub async fn run(env: &CallEnv, req: CallRequest) -> CallOutcome {
 
     // 2. permission for the call itself.
     if let Err(error) = check_call(env, &req, &input).await {
-        return CallOutcome::Failed { input, error, denied: true };
+        return CallOutcome::Failed {
+            input,
+            error,
+            denied: true,
+        };
     }
 
     let observer: Arc<dyn CallObserver> = Arc::new(Observer {
@@ -88,13 +98,26 @@ pub async fn run(env: &CallEnv, req: CallRequest) -> CallOutcome {
         let started = Instant::now();
         let decision = env
             .host
-            .before(hook, &req.ctx, &tool.id, &input.to_string(), observer.clone())
+            .before(
+                hook,
+                &req.ctx,
+                &tool.id,
+                &input.to_string(),
+                observer.clone(),
+            )
             .await;
         let elapsed = started.elapsed();
         match decision {
             Ok(BeforeDecision::Allow) => audit_guest(env, &req, "before", hook, elapsed, "allow"),
             Ok(BeforeDecision::Block(reason)) => {
-                audit_guest(env, &req, "before", hook, elapsed, &format!("block: {reason}"));
+                audit_guest(
+                    env,
+                    &req,
+                    "before",
+                    hook,
+                    elapsed,
+                    &format!("block: {reason}"),
+                );
                 return CallOutcome::Failed {
                     input,
                     error: format!("blocked by hook {}: {reason}", hook.guest.plugin),
@@ -106,7 +129,11 @@ pub async fn run(env: &CallEnv, req: CallRequest) -> CallOutcome {
                     audit_guest(env, &req, "before", hook, elapsed, "rewrite");
                     input = new;
                     if let Err(error) = check_call(env, &req, &input).await {
-                        return CallOutcome::Failed { input, error, denied: true };
+                        return CallOutcome::Failed {
+                            input,
+                            error,
+                            denied: true,
+                        };
                     }
                 }
                 _ => {
@@ -121,13 +148,23 @@ pub async fn run(env: &CallEnv, req: CallRequest) -> CallOutcome {
                 }
             },
             Ok(BeforeDecision::Ask(reason)) => {
-                audit_guest(env, &req, "before", hook, elapsed, &format!("ask: {reason}"));
+                audit_guest(
+                    env,
+                    &req,
+                    "before",
+                    hook,
+                    elapsed,
+                    &format!("ask: {reason}"),
+                );
                 let pattern = super::pattern_of(&tool.pattern, &input, &req.ctx.directory);
                 let reply = ask(env, &req, &tool.permission, vec![pattern], json!({"tool": tool.id, "input": input, "hook": hook.guest.plugin, "reason": reason})).await;
                 if reply == PermissionReply::Reject {
                     return CallOutcome::Failed {
                         input,
-                        error: format!("hook {} asked for approval ({reason}) and it was not given", hook.guest.plugin),
+                        error: format!(
+                            "hook {} asked for approval ({reason}) and it was not given",
+                            hook.guest.plugin
+                        ),
                         denied: true,
                     };
                 }
@@ -150,11 +187,31 @@ pub async fn run(env: &CallEnv, req: CallRequest) -> CallOutcome {
     let elapsed = started.elapsed();
     let mut output = match result {
         Ok(o) => {
-            audit(env, &req, "tool", &tool.id, Some(&tool.guest.hash), "ran", None, Some(elapsed), "ok");
+            audit(
+                env,
+                &req,
+                "tool",
+                &tool.id,
+                Some(&tool.guest.hash),
+                "ran",
+                None,
+                Some(elapsed),
+                "ok",
+            );
             o
         }
         Err(e) => {
-            audit(env, &req, "tool", &tool.id, Some(&tool.guest.hash), "ran", None, Some(elapsed), &e.to_string());
+            audit(
+                env,
+                &req,
+                "tool",
+                &tool.id,
+                Some(&tool.guest.hash),
+                "ran",
+                None,
+                Some(elapsed),
+                &e.to_string(),
+            );
             let denied = matches!(e, GuestError::Denied(_));
             return CallOutcome::Failed {
                 input,
@@ -172,7 +229,14 @@ pub async fn run(env: &CallEnv, req: CallRequest) -> CallOutcome {
         let started = Instant::now();
         let decision = env
             .host
-            .after(hook, &req.ctx, &tool.id, &input.to_string(), &output, observer.clone())
+            .after(
+                hook,
+                &req.ctx,
+                &tool.id,
+                &input.to_string(),
+                &output,
+                observer.clone(),
+            )
             .await;
         let elapsed = started.elapsed();
         match decision {
@@ -219,22 +283,53 @@ fn hook_failed(input: Value, hook: &HookDef, e: &GuestError) -> CallOutcome {
 async fn check_call(env: &CallEnv, req: &CallRequest, input: &Value) -> Result<(), String> {
     let tool = &req.tool;
     let pattern = super::pattern_of(&tool.pattern, input, &req.ctx.directory);
-    let eval = permission::evaluate_all(&tool.permission, std::slice::from_ref(&pattern), &[&req.rules]);
+    let eval = permission::evaluate_all(
+        &tool.permission,
+        std::slice::from_ref(&pattern),
+        &[&req.rules],
+    );
     let rule = eval.describe();
     match eval.action {
         Action::Allow => {
-            audit(env, req, "permission", &tool.id, None, "allowed", Some(&rule), None, "ok");
+            audit(
+                env,
+                req,
+                "permission",
+                &tool.id,
+                None,
+                "allowed",
+                Some(&rule),
+                None,
+                "ok",
+            );
             Ok(())
         }
         Action::Deny => {
-            audit(env, req, "permission", &tool.id, None, "denied", Some(&rule), None, "refused");
+            audit(
+                env,
+                req,
+                "permission",
+                &tool.id,
+                None,
+                "denied",
+                Some(&rule),
+                None,
+                "refused",
+            );
             Err(format!(
                 "permission denied: `{}` on `{pattern}` is denied by the rule `{rule}`; the call did not run",
                 tool.permission
             ))
         }
         Action::Ask => {
-            let reply = ask(env, req, &tool.permission, vec![pattern.clone()], json!({"tool": tool.id, "input": input})).await;
+            let reply = ask(
+                env,
+                req,
+                &tool.permission,
+                vec![pattern.clone()],
+                json!({"tool": tool.id, "input": input}),
+            )
+            .await;
             if reply == PermissionReply::Reject {
                 Err(rejected(env, &tool.permission, &pattern))
             } else {
@@ -254,17 +349,40 @@ async fn hook_allowed(env: &CallEnv, req: &CallRequest, hook: &HookDef, stage: &
     match eval.action {
         Action::Allow => true,
         Action::Deny => {
-            audit(env, req, stage, &subject, Some(&hook.guest.hash), "denied", Some(&rule), None, "skipped");
+            audit(
+                env,
+                req,
+                stage,
+                &subject,
+                Some(&hook.guest.hash),
+                "denied",
+                Some(&rule),
+                None,
+                "skipped",
+            );
             false
         }
         Action::Ask => {
-            ask(env, req, &permission, vec![hook.guest.plugin.clone()], json!({"hook": hook.guest.plugin, "tool": req.tool.id})).await
+            ask(
+                env,
+                req,
+                &permission,
+                vec![hook.guest.plugin.clone()],
+                json!({"hook": hook.guest.plugin, "tool": req.tool.id}),
+            )
+            .await
                 != PermissionReply::Reject
         }
     }
 }
 
-async fn ask(env: &CallEnv, req: &CallRequest, permission: &str, patterns: Vec<String>, metadata: Value) -> PermissionReply {
+async fn ask(
+    env: &CallEnv,
+    req: &CallRequest,
+    permission: &str,
+    patterns: Vec<String>,
+    metadata: Value,
+) -> PermissionReply {
     let request = PermissionRequest {
         id: String::new(),
         session_id: req.ctx.session_id.clone(),
@@ -280,13 +398,29 @@ async fn ask(env: &CallEnv, req: &CallRequest, permission: &str, patterns: Vec<S
         PermissionReply::Always => "asked:always",
         PermissionReply::Reject => "asked:reject",
     };
-    audit(env, req, "ask", permission, None, decision, Some(&patterns.join(" ")), None, if reply == PermissionReply::Reject { "refused" } else { "ok" });
+    audit(
+        env,
+        req,
+        "ask",
+        permission,
+        None,
+        decision,
+        Some(&patterns.join(" ")),
+        None,
+        if reply == PermissionReply::Reject {
+            "refused"
+        } else {
+            "ok"
+        },
+    );
     reply
 }
 
 fn rejected(env: &CallEnv, permission: &str, pattern: &str) -> String {
     if env.permissions.is_attached() {
-        format!("permission denied: `{permission}` on `{pattern}` needs approval and the user rejected it")
+        format!(
+            "permission denied: `{permission}` on `{pattern}` needs approval and the user rejected it"
+        )
     } else {
         format!(
             "permission denied: `{permission}` on `{pattern}` needs approval and nobody was attached to give it; allow it in the config to run unattended"
@@ -294,8 +428,25 @@ fn rejected(env: &CallEnv, permission: &str, pattern: &str) -> String {
     }
 }
 
-fn audit_guest(env: &CallEnv, req: &CallRequest, stage: &str, hook: &HookDef, elapsed: std::time::Duration, outcome: &str) {
-    audit(env, req, stage, &format!("hook:{}", hook.guest.plugin), Some(&hook.guest.hash), "ran", None, Some(elapsed), outcome);
+fn audit_guest(
+    env: &CallEnv,
+    req: &CallRequest,
+    stage: &str,
+    hook: &HookDef,
+    elapsed: std::time::Duration,
+    outcome: &str,
+) {
+    audit(
+        env,
+        req,
+        stage,
+        &format!("hook:{}", hook.guest.plugin),
+        Some(&hook.guest.hash),
+        "ran",
+        None,
+        Some(elapsed),
+        outcome,
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -344,11 +495,19 @@ impl CallObserver for Observer {
         (self.progress)(title, metadata);
     }
 
-    async fn ask(&self, permission: String, patterns: Vec<String>, metadata: Value) -> Result<(), String> {
+    async fn ask(
+        &self,
+        permission: String,
+        patterns: Vec<String>,
+        metadata: Value,
+    ) -> Result<(), String> {
         let eval = permission::evaluate_all(&permission, &patterns, &[&self.rules]);
         match eval.action {
             Action::Allow => Ok(()),
-            Action::Deny => Err(format!("`{permission}` is denied by the rule `{}`", eval.describe())),
+            Action::Deny => Err(format!(
+                "`{permission}` is denied by the rule `{}`",
+                eval.describe()
+            )),
             Action::Ask => {
                 let request = PermissionRequest {
                     id: String::new(),
@@ -360,7 +519,9 @@ impl CallObserver for Observer {
                     call_id: Some(self.ctx.call_id.clone()),
                 };
                 match self.env.permissions.ask(request, &self.cancel).await {
-                    PermissionReply::Reject => Err(rejected(&self.env, &permission, &patterns.join(" "))),
+                    PermissionReply::Reject => {
+                        Err(rejected(&self.env, &permission, &patterns.join(" ")))
+                    }
                     _ => Ok(()),
                 }
             }

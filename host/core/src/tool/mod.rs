@@ -38,7 +38,12 @@ pub struct GuestRef {
 
 impl std::fmt::Display for GuestRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "plugin {} ({})", self.plugin, &self.hash[..self.hash.len().min(12)])
+        write!(
+            f,
+            "plugin {} ({})",
+            self.plugin,
+            &self.hash[..self.hash.len().min(12)]
+        )
     }
 }
 
@@ -125,7 +130,11 @@ pub enum GuestError {
     OutOfMemory { guest: String, limit_mb: u64 },
     /// The guest returned more than its output cap.
     #[error("{guest} returned {size} bytes, over its output cap of {limit} bytes")]
-    OutputTooLarge { guest: String, size: usize, limit: usize },
+    OutputTooLarge {
+        guest: String,
+        size: usize,
+        limit: usize,
+    },
     /// The guest returned something that is not what the contract says.
     #[error("{guest} returned invalid data: {message}")]
     InvalidOutput { guest: String, message: String },
@@ -140,7 +149,12 @@ pub trait CallObserver: Send + Sync {
     /// The guest updated its title/metadata.
     fn progress(&self, title: Option<String>, metadata: Value);
     /// The guest asks a permission mid-call; `Err` carries the denial.
-    async fn ask(&self, permission: String, patterns: Vec<String>, metadata: Value) -> Result<(), String>;
+    async fn ask(
+        &self,
+        permission: String,
+        patterns: Vec<String>,
+        metadata: Value,
+    ) -> Result<(), String>;
 }
 
 /// Runs guests. Implemented by the plugin runtime.
@@ -294,13 +308,32 @@ mod tests {
     fn patterns_come_from_the_arguments() {
         let dir = "/w/p";
         let path = PatternSource::Path("filePath".into());
-        assert_eq!(pattern_of(&path, &json!({"filePath": "src/a.rs"}), dir), "src/a.rs");
-        assert_eq!(pattern_of(&path, &json!({"filePath": "/w/p/src/../b.rs"}), dir), "b.rs");
-        assert_eq!(pattern_of(&path, &json!({"filePath": "../../etc/passwd"}), dir), "/etc/passwd");
+        assert_eq!(
+            pattern_of(&path, &json!({"filePath": "src/a.rs"}), dir),
+            "src/a.rs"
+        );
+        assert_eq!(
+            pattern_of(&path, &json!({"filePath": "/w/p/src/../b.rs"}), dir),
+            "b.rs"
+        );
+        assert_eq!(
+            pattern_of(&path, &json!({"filePath": "../../etc/passwd"}), dir),
+            "/etc/passwd"
+        );
         assert_eq!(pattern_of(&path, &json!({}), dir), "*");
         let url = PatternSource::Url("url".into());
-        assert_eq!(pattern_of(&url, &json!({"url": "https://user@API.example.com:8443/x?y"}), dir), "api.example.com");
-        assert_eq!(pattern_of(&url, &json!({"url": "http://[::1]:80/"}), dir), "::1");
+        assert_eq!(
+            pattern_of(
+                &url,
+                &json!({"url": "https://user@API.example.com:8443/x?y"}),
+                dir
+            ),
+            "api.example.com"
+        );
+        assert_eq!(
+            pattern_of(&url, &json!({"url": "http://[::1]:80/"}), dir),
+            "::1"
+        );
         assert_eq!(pattern_of(&PatternSource::None, &json!({"a": 1}), dir), "*");
     }
 }
