@@ -56,7 +56,7 @@ pub async fn build(common: &Common, dir: &Path) -> Result<App> {
     let (config, _) = config(common, dir)?;
     let ledger = ledger(&data_dir)?;
     let host = Arc::new(
-        WasmHost::load(&config, Some(data_dir.join("cache").join("components")))
+        load_host(&config, &data_dir)
             .await
             .context("cannot load the plugins")?,
     );
@@ -68,4 +68,23 @@ pub async fn build(common: &Common, dir: &Path) -> Result<App> {
         CoreOptions::default(),
     )?;
     Ok(App { core, data_dir })
+}
+
+/// Load the built-ins, the config's plugins and the plugins directory, with
+/// the compiled cache in the data dir.
+pub async fn load_host(
+    config: &Config,
+    data_dir: &Path,
+) -> Result<WasmHost, warden_runtime::RuntimeError> {
+    WasmHost::load(
+        config,
+        Some(data_dir.join("cache").join("components")),
+        Some(&plugin_dir(data_dir)),
+    )
+    .await
+}
+
+/// Where dropped-in plugins live.
+pub fn plugin_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("plugins")
 }

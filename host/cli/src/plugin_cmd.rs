@@ -22,6 +22,131 @@ pub enum PluginCommand {
     Inspect { name: String },
     /// Load every plugin (integrity, contract, self-description) and report.
     Verify,
+    /// Install a component into the plugins directory with its grants, pinned by sha256.
+    Add(AddArgs),
+}
+
+#[derive(clap::Args)]
+pub struct AddArgs {
+    /// The component (.wasm) to install.
+    pub path: std::path::PathBuf,
+    /// Its name (default: the file name without extension).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Grant a directory: PATH, PATH:ro or PATH:rw (`.` is the session's working directory). Repeatable.
+    #[arg(long = "dir")]
+    pub dirs: Vec<String>,
+    /// Pass an environment variable through. Repeatable.
+    #[arg(long = "env")]
+    pub env: Vec<String>,
+    /// Allow outgoing HTTP to a host (`api.example.com`, `*.example.com`, `host:port`). Repeatable.
+    #[arg(long = "host")]
+    pub hosts: Vec<String>,
+    #[arg(long)]
+    pub memory_mb: Option<u64>,
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    #[arg(long)]
+    pub max_output_kb: Option<u64>,
+    /// For hooks: let calls through when the hook fails.
+    #[arg(long)]
+    pub fail_open: bool,
+    /// Replace an installed plugin of the same name.
+    #[arg(long)]
+    pub replace: bool,
+}
+
+/// Check the component loads with these grants, then install it.
+async fn add(
+    args: AddArgs,
+    config: &warden_core::Config,
+    data_dir: &std::path::Path,
+) -> Result<ExitCode> {
+    use warden_core::config::{DirGrant, DirMode, Grants, PluginConfig};
+    let bytes = std::fs::read(&args.path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.path.display()))?;
+    let name = match &args.name {
+        Some(n) => n.clone(),
+        None => args
+            .path
+            .file_stem()
+            .map(|s| s.to_string_lossy().replace(['.', ' '], "-"))
+            .unwrap_or_else(|| "plugin".into()),
+    };
+    let mut grants = Grants::default();
+    for d in &args.dirs {
+        let (path, mode) = match d.rsplit_once(':') {
+            Some((p, "ro")) => (p, DirMode::ReadOnly),
+            Some((p, "rw")) => (p, DirMode::ReadWrite),
+            _ => (d.as_str(), DirMode::ReadOnly),
+        };
+        grants.dirs.push(DirGrant {
+            path: path.to_string(),
+            mode,
+        });
+    }
+    grants.env = args.env.clone();
+    grants.hosts = args.hosts.clone();
+    if let Some(m) = args.memory_mb {
+        grants.memory_mb = m;
+    }
+    if let Some(t) = args.timeout_ms {
+        grants.timeout_ms = t;
+    }
+    if let Some(o) = args.max_output_kb {
+        grants.max_output_kb = o;
+    }
+    // Load it once exactly as it will run (integrity, contract, self-description).
+    let staged = tempfile_path(&bytes)?;
+    let mut trial = config.clone();
+    trial.builtins = Some(false);
+    trial.plugins = vec![PluginConfig {
+        name: name.clone(),
+        path: staged.clone(),
+        sha256: None,
+        grants: grants.clone(),
+        tools: Default::default(),
+        fail_open: args.fail_open,
+    }];
+    let host = WasmHost::load(
+        &trial,
+        Some(data_dir.join("cache").join("components")),
+        None,
+    )
+    .await;
+    let _ = std::fs::remove_file(&staged);
+    let host = host?;
+    let manifest = warden_runtime::plugin_dir::Manifest {
+        sha256: None,
+        grants,
+        tools: Default::default(),
+        fail_open: args.fail_open,
+    };
+    let folder = warden_runtime::plugin_dir::install(
+        &app::plugin_dir(data_dir),
+        &name,
+        &bytes,
+        manifest,
+        args.replace,
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    if let Some(p) = host.plugins().first() {
+        say!("installed {} in {}", name, folder.display());
+        let mut shown = describe(p);
+        shown["path"] = json!(folder.join("plugin.wasm").display().to_string());
+        say!("{}", serde_json::to_string_pretty(&shown)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn tempfile_path(bytes: &[u8]) -> Result<std::path::PathBuf> {
+    let path = std::env::temp_dir().join(format!(
+        "warden-plugin-add-{}-{}.wasm",
+        std::process::id(),
+        warden_core::clock::now_ms()
+    ));
+    std::fs::write(&path, bytes)?;
+    Ok(path)
 }
 
 fn describe(p: &LoadedPlugin) -> Value {
@@ -45,8 +170,13 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
     let cwd = std::env::current_dir()?;
     let data_dir = app::data_dir(&common)?;
     let (config, config_path) = app::config(&common, &cwd)?;
-    let loaded = WasmHost::load(&config, Some(data_dir.join("cache").join("components"))).await;
+    let command = match command {
+        PluginCommand::Add(args) => return add(args, &config, &data_dir).await,
+        other => other,
+    };
+    let loaded = app::load_host(&config, &data_dir).await;
     match command {
+        PluginCommand::Add(args) => add(args, &config, &data_dir).await,
         PluginCommand::Verify => match loaded {
             Ok(host) => {
                 for p in host.plugins() {
@@ -118,6 +248,9 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
                     p.grants.timeout_ms,
                     p.grants.max_output_kb,
                 );
+            }
+            for (name, why) in host.skipped() {
+                say!("{name} (built-in, not loaded)  {why}");
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -25,6 +25,7 @@ pub struct WasmHost {
     sandbox: Sandbox,
     plugins: Vec<Arc<LoadedPlugin>>,
     by_name: BTreeMap<String, Arc<LoadedPlugin>>,
+    skipped: Vec<(String, String)>,
 }
 
 /// How many components were compiled and how many came from the cache.
@@ -35,12 +36,18 @@ pub struct CompileStats {
 }
 
 impl WasmHost {
-    /// Load the built-in tools (unless the config turns them off) and every
-    /// plugin the config lists. `cache_dir` holds compiled components.
+    /// Load the built-in tools (unless the config turns them off), every
+    /// plugin the config lists, then every plugin in `plugin_dir`.
+    /// `cache_dir` holds compiled components.
     pub async fn load(
         config: &Config,
         cache_dir: Option<PathBuf>,
+        plugin_dir: Option<&std::path::Path>,
     ) -> Result<WasmHost, RuntimeError> {
+        let mut configured = config.plugins.clone();
+        if let Some(dir) = plugin_dir {
+            configured.extend(crate::plugin_dir::discover(dir)?);
+        }
         let builtins = if config.builtins.unwrap_or(true) {
             builtin::all()
         } else {
@@ -56,14 +63,26 @@ impl WasmHost {
         let max_memory = builtins
             .iter()
             .map(|b| builtin_grants(b).memory_mb)
-            .chain(config.plugins.iter().map(|p| p.grants.memory_mb))
+            .chain(configured.iter().map(|p| p.grants.memory_mb))
             .max()
             .unwrap_or(64)
             .max(64);
         let sandbox = Sandbox::new(max_memory, cache_dir)?;
 
         let mut plugins = Vec::new();
+        let mut skipped = Vec::new();
         for b in &builtins {
+            let grants = builtin_grants(b);
+            if b.needs_hosts && grants.hosts.is_empty() {
+                skipped.push((
+                    b.name.to_string(),
+                    format!(
+                        "no hosts granted; set builtin_grants.{}.hosts in the config to enable it",
+                        b.name
+                    ),
+                ));
+                continue;
+            }
             let tools = (b.tools)();
             plugins.push(Arc::new(
                 plugin::load(
@@ -74,7 +93,7 @@ impl WasmHost {
                         path: None,
                         builtin: true,
                         sha256: None,
-                        grants: builtin_grants(b),
+                        grants,
                         tools: &tools,
                         fail_open: false,
                     },
@@ -82,7 +101,7 @@ impl WasmHost {
                 .await?,
             ));
         }
-        for p in &config.plugins {
+        for p in &configured {
             let bytes = std::fs::read(&p.path).map_err(|e| RuntimeError::Read {
                 plugin: p.name.clone(),
                 path: p.path.display().to_string(),
@@ -129,7 +148,13 @@ impl WasmHost {
             sandbox,
             plugins,
             by_name,
+            skipped,
         })
+    }
+
+    /// Built-in plugins not loaded, with the reason.
+    pub fn skipped(&self) -> &[(String, String)] {
+        &self.skipped
     }
 
     /// Every loaded plugin, built-ins first, then in config order.

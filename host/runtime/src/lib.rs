@@ -13,7 +13,9 @@ pub mod builtin;
 pub mod engine;
 pub mod error;
 pub mod host;
+pub mod net;
 pub mod plugin;
+pub mod plugin_dir;
 pub mod sandbox;
 
 pub use error::RuntimeError;

@@ -135,7 +135,10 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
     let pre = linker
         .instantiate_pre(&component)
         .map_err(|e| contract_err(format!("cannot be linked: {e:#}")))?;
-    let limits = Limits::of(&src.grants);
+    let limits = Limits::of(&src.grants).map_err(|reason| RuntimeError::Contract {
+        plugin: name.to_string(),
+        reason,
+    })?;
     let guest = GuestRef {
         plugin: name.to_string(),
         hash: hash.clone(),

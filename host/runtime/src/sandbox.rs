@@ -17,8 +17,10 @@ use wasmtime::component::{Component, HasData, Linker, ResourceTable};
 use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::bindings::v0_1_0::tool::warden::plugin::{host, types};
+use crate::net::{HostPattern, HttpGate};
 
 /// What a guest may print before its writes start failing.
 const STDIO_CAP: usize = 64 * 1024;
@@ -29,6 +31,8 @@ const LOG_LINE_CAP: usize = 4096;
 pub struct GuestState {
     wasi: WasiCtx,
     table: ResourceTable,
+    http: WasiHttpCtx,
+    gate: HttpGate,
     limits: StoreLimits,
     observer: Option<Arc<dyn CallObserver>>,
     plugin: Arc<str>,
@@ -40,6 +44,16 @@ impl WasiView for GuestState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for GuestState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.gate,
         }
     }
 }
@@ -155,6 +169,8 @@ pub fn linker(
     cli::terminal_stdin::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
     cli::terminal_stdout::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
     cli::terminal_stderr::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
+    // Outgoing HTTP exists for every guest; the gate refuses what is not granted.
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async::<GuestState>(&mut l)?;
     match world {
         World::Tool => crate::bindings::v0_1_0::tool::ToolPlugin::add_to_linker::<
             GuestState,
@@ -193,6 +209,8 @@ const PROVIDED: &[&str] = &[
     "wasi:cli/terminal-stdin",
     "wasi:cli/terminal-stdout",
     "wasi:cli/terminal-stderr",
+    "wasi:http/outgoing-handler",
+    "wasi:http/types",
     "warden:plugin/host",
     "warden:plugin/types",
 ];
@@ -263,15 +281,24 @@ pub struct Limits {
     pub memory_bytes: usize,
     pub timeout: Duration,
     pub max_output: usize,
+    /// Where outgoing HTTP may go.
+    pub hosts: Arc<[HostPattern]>,
 }
 
 impl Limits {
-    pub fn of(grants: &Grants) -> Limits {
-        Limits {
+    /// The limits of a grant; a malformed host entry is refused with the reason.
+    pub fn of(grants: &Grants) -> Result<Limits, String> {
+        Ok(Limits {
             memory_bytes: (grants.memory_mb.max(1) << 20) as usize,
             timeout: Duration::from_millis(grants.timeout_ms.max(1)),
             max_output: (grants.max_output_kb.max(1) * 1024) as usize,
-        }
+            hosts: grants
+                .hosts
+                .iter()
+                .map(|h| HostPattern::parse(h))
+                .collect::<Result<Vec<_>, _>>()?
+                .into(),
+        })
     }
 }
 
@@ -319,6 +346,11 @@ pub fn store(
     let state = GuestState {
         wasi: b.build(),
         table: ResourceTable::new(),
+        http: WasiHttpCtx::new(),
+        gate: HttpGate {
+            plugin: plugin.clone(),
+            allowed: limits.hosts.clone(),
+        },
         limits: StoreLimitsBuilder::new()
             .memory_size(limits.memory_bytes)
             .instances(64)
