@@ -251,3 +251,82 @@ pub fn wait_for(path: &Path, secs: u64) -> bool {
     }
     false
 }
+
+/// A tiny HTTP/1.1 server on 127.0.0.1 for guests to fetch from: fixed
+/// responses by path, every request path recorded.
+pub struct HttpServer {
+    pub port: u16,
+    pub hits: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+/// One canned response: status, extra headers, body.
+#[derive(Clone)]
+pub struct Canned {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Canned {
+    pub fn ok(content_type: &str, body: &str) -> Canned {
+        Canned {
+            status: 200,
+            headers: vec![("content-type".into(), content_type.into())],
+            body: body.as_bytes().to_vec(),
+        }
+    }
+}
+
+#[allow(dead_code)]
+pub fn serve_http(routes: Vec<(&str, Canned)>) -> HttpServer {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let routes: std::collections::HashMap<String, Canned> = routes
+        .into_iter()
+        .map(|(p, c)| (p.to_string(), c))
+        .collect();
+    let hits = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = hits.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n")
+                && stream.read(&mut byte).map(|n| n == 1).unwrap_or(false)
+            {
+                head.push(byte[0]);
+            }
+            let text = String::from_utf8_lossy(&head);
+            let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+            seen.lock().unwrap().push(path.clone());
+            let canned = routes.get(&path).cloned().unwrap_or(Canned {
+                status: 404,
+                headers: vec![("content-type".into(), "text/plain".into())],
+                body: b"not found".to_vec(),
+            });
+            let mut response = format!(
+                "HTTP/1.1 {} X\r\ncontent-length: {}\r\nconnection: close\r\n",
+                canned.status,
+                canned.body.len()
+            );
+            for (k, v) in &canned.headers {
+                response.push_str(&format!("{k}: {v}\r\n"));
+            }
+            response.push_str("\r\n");
+            let _ = stream.write_all(response.as_bytes());
+            let _ = stream.write_all(&canned.body);
+        }
+    });
+    HttpServer { port, hits }
+}
+
+/// The raw fixture component (invalid output on purpose).
+#[allow(dead_code)]
+pub fn raw_fixture_wasm() -> String {
+    format!(
+        "{}/warden_fixtures_raw.wasm",
+        warden_runtime::builtin::plugin_dir()
+    )
+}

@@ -10,3 +10,4 @@ mod cli;
 mod crash;
 mod loop_rules;
 mod read_tool;
+mod sandbox;

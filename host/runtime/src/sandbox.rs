@@ -410,58 +410,62 @@ fn resolve_dir(path: &str, directory: Option<&str>) -> Result<PathBuf, String> {
     Ok(canonical)
 }
 
-/// Turn a wasmtime failure into what the model and the operator are told,
-/// naming the guest and the cause.
-pub fn classify(err: wasmtime::Error, guest: &str, limits: &Limits, stderr: &str) -> GuestError {
-    let text = format!("{err:?}");
-    if let Some(trap) = err.downcast_ref::<wasmtime::Trap>() {
-        match trap {
-            wasmtime::Trap::Interrupt => {
-                return GuestError::Timeout {
-                    guest: guest.to_string(),
-                    limit_ms: limits.timeout.as_millis() as u64,
-                };
-            }
-            wasmtime::Trap::StackOverflow => {
-                return GuestError::Trap {
-                    guest: guest.to_string(),
-                    message: "stack overflow (unbounded recursion?)".into(),
-                };
-            }
-            _ => {}
-        }
+/// A Rust guest's panic as it printed it to stderr, in one line:
+/// `panicked at src/lib.rs:10:5: the message`.
+fn panic_message(stderr: &str) -> Option<String> {
+    let mut lines = stderr.lines().skip_while(|l| !l.contains("panicked at"));
+    let first = lines.next()?;
+    let at = first.find("panicked at")?;
+    let mut out = first[at..].trim_end().to_string();
+    for line in lines.take_while(|l| !l.starts_with("note:")).take(5) {
+        out.push(' ');
+        out.push_str(line.trim());
     }
-    if text.contains("forcing a memory growth failure")
-        || text.contains("memory allocation of")
-        || stderr.contains("memory allocation of")
-    {
+    Some(out.chars().take(1000).collect())
+}
+
+/// Turn a wasmtime failure into what the model and the operator are told,
+/// naming the guest and the cause (without wasm backtraces).
+pub fn classify(err: wasmtime::Error, guest: &str, limits: &Limits, stderr: &str) -> GuestError {
+    let root = err.root_cause().to_string();
+    let trap = err.downcast_ref::<wasmtime::Trap>().copied();
+    match trap {
+        Some(wasmtime::Trap::Interrupt) => {
+            return GuestError::Timeout {
+                guest: guest.to_string(),
+                limit_ms: limits.timeout.as_millis() as u64,
+            };
+        }
+        Some(wasmtime::Trap::StackOverflow) => {
+            return GuestError::Trap {
+                guest: guest.to_string(),
+                message: "stack overflow (unbounded recursion?)".into(),
+            };
+        }
+        _ => {}
+    }
+    // The store's limiter turns a refused memory.grow into a trap; a Rust
+    // guest whose allocation fails aborts with "memory allocation of N bytes failed".
+    if root.contains("growing memory") || stderr.contains("memory allocation of") {
         return GuestError::OutOfMemory {
             guest: guest.to_string(),
             limit_mb: (limits.memory_bytes >> 20) as u64,
         };
     }
-    let mut message = match err.downcast_ref::<wasmtime::Trap>() {
-        Some(t) => format!("wasm trap: {t}"),
-        None => format!("{err:#}"),
+    let mut message = match trap {
+        // A Rust guest's stack lives in its linear memory; overflowing it
+        // runs off the bottom of memory rather than hitting the host's guard.
+        Some(wasmtime::Trap::MemoryOutOfBounds) => {
+            format!(
+                "{} (often a stack overflow from unbounded recursion)",
+                wasmtime::Trap::MemoryOutOfBounds
+            )
+        }
+        Some(t) => t.to_string(),
+        None => root,
     };
-    if let Some(panic) = stderr
-        .lines()
-        .find(|l| l.contains("panicked at"))
-        .map(str::to_string)
-    {
-        let detail: Vec<&str> = stderr
-            .lines()
-            .skip_while(|l| !l.contains("panicked at"))
-            .take(3)
-            .collect();
-        message = format!(
-            "{} ({message})",
-            if detail.len() > 1 {
-                detail.join(" ")
-            } else {
-                panic
-            }
-        );
+    if let Some(panic) = panic_message(stderr) {
+        message = format!("{panic} ({message})");
     }
     GuestError::Trap {
         guest: guest.to_string(),
