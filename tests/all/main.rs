@@ -10,4 +10,5 @@ mod cli;
 mod crash;
 mod loop_rules;
 mod read_tool;
+mod runtime;
 mod sandbox;
