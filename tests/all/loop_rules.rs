@@ -166,3 +166,43 @@ fn an_allowed_doom_loop_keeps_going() {
     assert_eq!(env.requests().len(), 4);
     assert_eq!(run.finished()["text"], "done");
 }
+
+#[test]
+fn a_long_session_is_compacted_and_completes_from_the_summary() {
+    let env = Env::new();
+    env.file("a.txt", "alpha\n");
+    let cassette = env.root.path().join("cassette.json");
+    std::fs::write(
+        &cassette,
+        json!({"record": "requests.jsonl", "context_limit": 2000, "turns": [
+            {"tool_calls": [{"id": "c1", "name": "read", "arguments": {"filePath": "a.txt"}}], "usage": {"input": 1500, "output": 600}},
+            {"text": "SUMMARY: read a.txt, it says alpha.", "usage": {"input": 1800, "output": 20}},
+            {"text": "a.txt says alpha.", "usage": {"input": 200, "output": 10}}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let run = env.run_json("what is in a.txt?");
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(run.finished()["text"], "a.txt says alpha.");
+    let reqs = env.requests();
+    assert_eq!(reqs.len(), 3);
+    assert!(
+        tool_results(&reqs[1]).len() == 1,
+        "the summary request saw the tool result"
+    );
+    let last = reqs[2]["messages"].as_array().unwrap();
+    assert_eq!(last[0]["content"][0]["text"], "What did we do so far?");
+    assert_eq!(
+        last[1]["content"][0]["text"],
+        "SUMMARY: read a.txt, it says alpha."
+    );
+    assert!(
+        tool_results(&reqs[2]).is_empty(),
+        "old tool output is not sent again"
+    );
+    // The ledger keeps everything: nothing was deleted to make room.
+    let msgs = env.ledger().messages(&run.session()).unwrap();
+    assert_eq!(tool_parts(&msgs).len(), 1);
+    assert!(msgs.iter().any(|m| m.text() == "what is in a.txt?"));
+}

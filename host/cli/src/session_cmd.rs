@@ -111,8 +111,9 @@ fn show_message(m: &MessageWithParts) {
         MessageInfo::Assistant(a) => {
             let finish = a.finish.map_or("-", |f| f.as_str());
             say!(
-                "\n[assistant {}] finish {finish}  tokens in {} out {}  cost ${:.6}",
+                "\n[assistant {}{}] finish {finish}  tokens in {} out {}  cost ${:.6}",
                 a.id,
+                if a.summary { ", summary" } else { "" },
                 a.tokens.input,
                 a.tokens.output,
                 a.cost

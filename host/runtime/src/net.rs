@@ -58,11 +58,10 @@ impl HostPattern {
                     .map_err(|_| format!("host grant {entry:?}: bad port {p:?}"))?,
             ),
         };
-        if host.is_empty()
-            || host != "*"
-                && host.contains('*')
-                && !(host.starts_with("*.") && !host[2..].contains('*'))
-        {
+        let wildcard_ok = host == "*"
+            || !host.contains('*')
+            || (host.starts_with("*.") && !host[2..].contains('*'));
+        if host.is_empty() || !wildcard_ok {
             return Err(format!(
                 "host grant {entry:?}: `*` may only start a host, as in *.example.com"
             ));
@@ -149,7 +148,7 @@ impl WasiHttpHooks for HttpGate {
         Box::new(async move {
             if let Err(why) = verdict {
                 tracing::warn!(plugin = &*plugin, "outgoing request refused: {why}");
-                return Err(wasmtime_wasi_http::Error::HttpRequestDenied.into());
+                return Err(wasmtime_wasi_http::Error::HttpRequestDenied);
             }
             let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
             Ok((

@@ -2,6 +2,7 @@
 //! [`processor`]. The loop re-reads the ledger every round; the processor
 //! turns one model stream into parts.
 
+pub mod compaction;
 pub mod history;
 pub mod lease;
 pub mod processor;

@@ -381,11 +381,9 @@ impl<'a> Processor<'a> {
                 self.core
                     .ledger
                     .put_message(&MessageInfo::Assistant(self.info.clone()))?;
-                if let Some(limit) = self.model.info.context_limit {
-                    let reserve = self.model.info.output_limit.unwrap_or(0) as u64;
-                    if tokens.total() > limit.saturating_sub(reserve) {
-                        self.needs_compaction = true;
-                    }
+                // A summary is allowed to be big: it is what makes room.
+                if !self.info.summary && super::compaction::is_overflow(&tokens, &self.model.info) {
+                    self.needs_compaction = true;
                 }
             }
             LlmEvent::Finish { reason, .. } => {

@@ -17,7 +17,7 @@ use warden_protocol::{
 
 use super::history::{self, assistant};
 use super::processor::{Outcome, Processor};
-use super::{CoreInner, system};
+use super::{CoreInner, compaction, system};
 use crate::agent::Agent;
 use crate::clock::now_ms;
 use crate::error::{CoreError, Result};
@@ -58,8 +58,23 @@ pub(crate) async fn run(
             break;
         }
 
+        if let Some(request) = compaction::pending(&msgs, &user) {
+            match compaction::process(core, &session, &msgs, request, cancel).await? {
+                Outcome::Stop => break,
+                Outcome::Continue | Outcome::Compact => continue,
+            }
+        }
+
         let agent = core.agents.get(&user.agent)?;
         let model = core.models.resolve(&user.model)?;
+        // A session resumed with a context already too full compacts first.
+        if let Some(finished) = latest.finished
+            && !finished.summary
+            && compaction::is_overflow(&finished.tokens, &model.info)
+        {
+            compaction::queue(core, session_id, &user, false)?;
+            continue;
+        }
         let step = msgs
             .iter()
             .filter_map(assistant)
@@ -131,11 +146,26 @@ pub(crate) async fn run(
             Outcome::Continue => continue,
             Outcome::Stop => break,
             Outcome::Compact => {
-                core.ledger.bus().publish(Event::SessionWarning {
-                    session_id: session_id.clone(),
-                    message: "the conversation no longer fits the model's context window, and this build cannot compact it; start a new session".into(),
+                // Compacting again right after a compaction would loop forever.
+                let compacted = msgs.first().is_some_and(|m| {
+                    m.parts
+                        .iter()
+                        .any(|p| matches!(p.body, PartBody::Compaction { .. }))
                 });
-                break;
+                let steps_since = msgs
+                    .iter()
+                    .filter_map(assistant)
+                    .filter(|a| !a.summary)
+                    .count();
+                if compacted && steps_since == 0 {
+                    core.ledger.bus().publish(Event::SessionWarning {
+                        session_id: session_id.clone(),
+                        message: "the conversation does not fit the model's context window even after compaction; start a new session or use a larger model".into(),
+                    });
+                    break;
+                }
+                compaction::queue(core, session_id, &user, true)?;
+                continue;
             }
         }
     }

@@ -86,14 +86,14 @@ impl ToolHost for RustTools {
     }
 }
 
-struct OneModel(Arc<ScriptedProvider>);
+struct OneModel(Arc<ScriptedProvider>, Option<u64>);
 
 impl ModelResolver for OneModel {
     fn resolve(&self, model: &ModelRef) -> Result<ResolvedModel> {
         Ok(ResolvedModel {
             info: ModelInfo {
                 reference: model.clone(),
-                context_limit: None,
+                context_limit: self.1,
                 output_limit: None,
                 prices: Prices::default(),
             },
@@ -120,7 +120,10 @@ fn setup(cassette: Value, config: &str) -> Setup {
     let core = Core::new(
         ledger,
         tools.clone(),
-        Arc::new(OneModel(provider.clone())),
+        Arc::new(OneModel(
+            provider.clone(),
+            cassette["context_limit"].as_u64(),
+        )),
         Config::parse(config).unwrap(),
         CoreOptions::default(),
     )
@@ -436,4 +439,110 @@ async fn retryable_errors_are_retried_with_status_events() {
     );
     assert_eq!(statuses[2], SessionStatus::Busy);
     assert_eq!(statuses[3], SessionStatus::Idle);
+}
+
+fn texts(m: &ChatMessage) -> String {
+    serde_json::to_string(m).unwrap()
+}
+
+#[tokio::test]
+async fn a_step_over_the_context_limit_is_summarised_and_the_task_goes_on() {
+    let s = setup(
+        json!({"context_limit": 1000, "turns": [
+            {"tool_calls": [call("c1", "echo", json!({"path": "a"}))], "usage": {"input": 900, "output": 200}},
+            {"text": "SUMMARY: the user asked to echo a; it echoed.", "usage": {"input": 950, "output": 30}},
+            {"text": "done", "usage": {"input": 120, "output": 5}}
+        ]}),
+        "{}",
+    );
+    let answer = s.core.prompt(prompt(&s, "echo a")).await.unwrap();
+    assert_eq!(answer.text(), "done");
+    let reqs = s.provider.requests();
+    assert_eq!(reqs.len(), 3);
+
+    // The summary request: the whole history, no tools, the summary prompts.
+    assert_eq!(reqs[1].system, vec![compaction::SUMMARY_SYSTEM.to_string()]);
+    assert!(reqs[1].tools.is_empty());
+    assert_eq!(
+        tool_results(&reqs[1]).len(),
+        1,
+        "the summary sees the tool result"
+    );
+    assert!(texts(reqs[1].messages.last().unwrap()).contains(compaction::SUMMARY_PROMPT));
+
+    // The next request starts from the summary; old tool output is not sent again.
+    let after = &reqs[2].messages;
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert!(texts(&after[0]).contains("What did we do so far?"));
+    assert!(texts(&after[1]).contains("SUMMARY: the user asked to echo a"));
+    assert!(texts(&after[2]).contains(compaction::CONTINUE));
+    assert!(tool_results(&reqs[2]).is_empty());
+    assert!(
+        !reqs[2].tools.is_empty(),
+        "tools are back after the summary"
+    );
+
+    let msgs = s.core.ledger().messages(&s.session.id).unwrap();
+    let summaries: Vec<_> = msgs
+        .iter()
+        .filter_map(history::assistant)
+        .filter(|a| a.summary)
+        .collect();
+    assert_eq!(summaries.len(), 1);
+    assert!(summaries[0].error.is_none());
+}
+
+#[tokio::test]
+async fn a_context_overflow_error_is_compacted_then_retried() {
+    let s = setup(
+        json!({"context_limit": 100000, "turns": [
+            {"error": {"kind": "context-overflow", "message": "prompt is too long", "status": 400}},
+            {"text": "SUMMARY: nothing yet."},
+            {"text": "answered after compaction"}
+        ]}),
+        "{}",
+    );
+    let answer = s.core.prompt(prompt(&s, "hello")).await.unwrap();
+    assert_eq!(answer.text(), "answered after compaction");
+    let reqs = s.provider.requests();
+    assert_eq!(reqs.len(), 3);
+    assert_eq!(reqs[1].system, vec![compaction::SUMMARY_SYSTEM.to_string()]);
+    assert!(texts(&reqs[2].messages[1]).contains("SUMMARY: nothing yet."));
+    let msgs = s.core.ledger().messages(&s.session.id).unwrap();
+    let first = msgs.iter().filter_map(history::assistant).next().unwrap();
+    assert!(matches!(
+        first.error,
+        Some(warden_protocol::MessageError::ContextOverflow { .. })
+    ));
+    let overflow_flag = msgs
+        .iter()
+        .flat_map(|m| m.parts.iter())
+        .find_map(|p| match p.body {
+            PartBody::Compaction { overflow, .. } => Some(overflow),
+            _ => None,
+        });
+    assert_eq!(overflow_flag, Some(true));
+}
+
+#[tokio::test]
+async fn overflowing_again_right_after_a_compaction_stops_instead_of_looping() {
+    let s = setup(
+        json!({"context_limit": 100, "turns": [
+            {"text": "big", "usage": {"input": 500, "output": 1}, "finish_reason": "tool-calls"},
+            {"text": "SUMMARY"},
+            {"text": "still big", "usage": {"input": 500, "output": 1}, "finish_reason": "tool-calls"},
+            {"text": "never"}
+        ]}),
+        "{}",
+    );
+    let mut events = s.core.bus().subscribe();
+    s.core.prompt(prompt(&s, "hello")).await.unwrap();
+    assert_eq!(s.provider.requests().len(), 3);
+    let mut warned = false;
+    while let Ok(e) = events.try_recv() {
+        if let Event::SessionWarning { message, .. } = &*e {
+            warned |= message.contains("even after compaction");
+        }
+    }
+    assert!(warned);
 }
