@@ -47,6 +47,7 @@ pub fn ledger(data_dir: &Path) -> Result<Ledger> {
 /// Everything a session needs.
 pub struct App {
     pub core: Core,
+    pub host: Arc<WasmHost>,
     pub data_dir: PathBuf,
 }
 
@@ -67,7 +68,11 @@ pub async fn build(common: &Common, dir: &Path) -> Result<App> {
         config,
         CoreOptions::default(),
     )?;
-    Ok(App { core, data_dir })
+    Ok(App {
+        core,
+        host,
+        data_dir,
+    })
 }
 
 /// Load the built-ins, the config's plugins and the plugins directory, with

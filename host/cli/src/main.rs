@@ -15,6 +15,7 @@ mod demo;
 mod plugin_cmd;
 mod render;
 mod run;
+mod serve;
 mod session_cmd;
 mod trace;
 
@@ -76,6 +77,8 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Serve the HTTP API and the live event stream.
+    Serve(serve::ServeArgs),
     /// Inspect the plugins the config loads.
     Plugin {
         #[command(subcommand)]
@@ -111,6 +114,7 @@ fn main() -> ExitCode {
             Command::Session { command, common } => session_cmd::session(command, common).await,
             Command::Trace { id, format, common } => trace::trace(&id, format, common),
             Command::Plugin { command, common } => plugin_cmd::plugin(command, common).await,
+            Command::Serve(args) => serve::serve(args).await,
         }
     });
     match result {

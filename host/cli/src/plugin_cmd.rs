@@ -149,7 +149,7 @@ fn tempfile_path(bytes: &[u8]) -> Result<std::path::PathBuf> {
     Ok(path)
 }
 
-fn describe(p: &LoadedPlugin) -> Value {
+pub fn describe(p: &LoadedPlugin) -> Value {
     json!({
         "name": &*p.name,
         "builtin": p.builtin,

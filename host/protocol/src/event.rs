@@ -11,6 +11,7 @@ use crate::{MessageId, SessionId};
 
 /// One bus event, tagged by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type")]
 pub enum Event {
     #[serde(rename = "session.created")]

@@ -10,6 +10,7 @@ use crate::message::{CacheTokens, Tokens};
 
 /// Why the model stopped a step, normalised across providers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum FinishReason {
     /// A natural end of the answer.
@@ -44,6 +45,7 @@ impl FinishReason {
 
 /// Token usage of a step as the provider reported it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Usage {
     pub input: u64,
     pub output: u64,
@@ -75,6 +77,7 @@ impl Usage {
 
 /// What kind of failure a provider reported; decides whether to retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum ErrorKind {
     /// HTTP 429 or a rate-limit error event.
@@ -101,6 +104,7 @@ pub enum ErrorKind {
 
 /// A provider failure, before or during a stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProviderError {
     pub kind: ErrorKind,
     pub message: String,
@@ -145,6 +149,7 @@ impl std::fmt::Display for ProviderError {
 
 /// One event of a model's stream. Ids tie deltas to their start and end.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum LlmEvent {
     /// The response began.
@@ -231,6 +236,7 @@ pub enum LlmEvent {
 
 /// A tool offered to the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
@@ -240,6 +246,7 @@ pub struct ToolSpec {
 
 /// One message of the conversation sent to a model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum ChatMessage {
     User {
@@ -256,6 +263,7 @@ pub enum ChatMessage {
 
 /// Content of a user message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum UserContent {
     Text { text: String },
@@ -263,6 +271,7 @@ pub enum UserContent {
 
 /// Content of an assistant message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum AssistantContent {
     Text {
@@ -282,6 +291,7 @@ pub enum AssistantContent {
 
 /// The result of one tool call, paired with it by `call_id`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolResultContent {
     pub call_id: String,
     pub name: String,
@@ -292,6 +302,7 @@ pub struct ToolResultContent {
 
 /// Everything a provider needs for one model request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LlmRequest {
     pub session_id: SessionId,
     /// How many earlier model requests in this session began a step, counted

@@ -7,6 +7,7 @@ use crate::{FinishReason, MessageId, Millis, SessionId};
 
 /// Which provider and model answer a message.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelRef {
     /// `scripted`, `openai`, `anthropic`, or a provider named in the config.
     pub provider: String,
@@ -26,6 +27,7 @@ impl std::fmt::Display for ModelRef {
 
 /// Token counts of a step or a message.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Tokens {
     pub input: u64,
     pub output: u64,
@@ -37,6 +39,7 @@ pub struct Tokens {
 
 /// Prompt-cache token counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CacheTokens {
     pub read: u64,
     pub write: u64,
@@ -51,6 +54,7 @@ impl Tokens {
 
 /// Why an assistant message failed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "name")]
 pub enum MessageError {
     /// The provider refused or failed, and retrying did not help (or could not).
@@ -81,6 +85,7 @@ impl MessageError {
 
 /// What the user sent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UserInfo {
     pub id: MessageId,
     pub session_id: SessionId,
@@ -91,6 +96,7 @@ pub struct UserInfo {
 
 /// What the model answered in one step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AssistantInfo {
     pub id: MessageId,
     pub session_id: SessionId,
@@ -118,6 +124,7 @@ pub struct AssistantInfo {
 
 /// A message header, tagged by `role`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum MessageInfo {
     User(UserInfo),
@@ -156,6 +163,7 @@ impl MessageInfo {
 
 /// A message with its parts, in id order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MessageWithParts {
     pub info: MessageInfo,
     pub parts: Vec<Part>,

@@ -10,6 +10,7 @@ use crate::{FinishReason, MessageId, Millis, PartId, SessionId};
 
 /// One part of a message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Part {
     pub id: PartId,
     pub session_id: SessionId,
@@ -20,6 +21,7 @@ pub struct Part {
 
 /// What a part holds, tagged by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum PartBody {
     /// Text from the user or the model.
@@ -69,6 +71,7 @@ pub enum PartBody {
 
 /// When a text or reasoning part started and ended streaming.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TextTime {
     pub start: Millis,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -7,6 +7,7 @@ use crate::SessionId;
 
 /// What a rule decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
     Allow,
@@ -28,6 +29,7 @@ impl Action {
 /// `pattern` (derived from the call's arguments; glob), do `action`.
 /// Among the rules that match, the last one wins.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Rule {
     pub permission: String,
     pub pattern: String,
@@ -36,6 +38,7 @@ pub struct Rule {
 
 /// A question for whoever is attached.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PermissionRequest {
     pub id: String,
     pub session_id: SessionId,
@@ -51,6 +54,7 @@ pub struct PermissionRequest {
 
 /// An answer to a question.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum PermissionReply {
     /// Allow this once.

@@ -7,6 +7,7 @@ use crate::{Millis, SessionId};
 
 /// A session header.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionInfo {
     pub id: SessionId,
     pub title: String,
@@ -22,6 +23,7 @@ pub struct SessionInfo {
 /// What a session is doing. A session-level signal, separate from tool
 /// parts: `idle` does not mean a tool completed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum SessionStatus {
     Idle,

@@ -22,6 +22,7 @@ use crate::Millis;
 
 /// The state of one tool call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "status", rename_all = "lowercase")]
 pub enum ToolState {
     /// The model has started to stream the call; its arguments are not complete.
@@ -76,12 +77,14 @@ pub enum ToolState {
 
 /// When a running call started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StartTime {
     pub start: Millis,
 }
 
 /// When a finished call started and ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Span {
     pub start: Millis,
     pub end: Millis,

@@ -202,6 +202,26 @@ impl Ledger {
         Ok(info)
     }
 
+    /// Delete a session and everything recorded about it.
+    pub fn delete_session(&self, id: &SessionId) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let n = tx.execute("DELETE FROM session WHERE id = ?1", params![id.as_str()])?;
+        if n == 0 {
+            return Err(CoreError::SessionNotFound(id.clone()));
+        }
+        // Messages and parts go with the session (foreign keys); the
+        // timeline, audit trail and lease are keyed by id only.
+        for table in ["part_event", "audit", "runner_lease"] {
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE session_id = ?1"),
+                params![id.as_str()],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
     /// Mark the session as just used.
     pub fn touch_session(&self, id: &SessionId) -> Result<()> {
         let n = self.conn().execute(
@@ -477,6 +497,17 @@ impl Ledger {
             params![session.as_str(), holder, now_ms() + ttl_ms],
         )?;
         Ok(n == 1)
+    }
+
+    /// Every lease: (session, holder, expiry). A lease outlives its run only
+    /// when the run's process died.
+    pub fn leases(&self) -> Result<Vec<(SessionId, String, Millis)>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT session_id, holder, expires_at FROM runner_lease ORDER BY session_id",
+        )?;
+        let rows = stmt.query_map([], |r| Ok((SessionId(r.get(0)?), r.get(1)?, r.get(2)?)))?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
     /// Give the lease back (only if this holder still has it).

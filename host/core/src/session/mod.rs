@@ -74,6 +74,8 @@ pub(crate) struct CoreInner {
     pub config: Config,
     pub retry: RetryPolicy,
     pub runners: Runners,
+    /// One FIFO queue of prompts per session: each is answered in turn.
+    pub queues: std::sync::Mutex<std::collections::HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
     pub status: StatusBoard,
     pub holder: String,
     pub options: CoreOptions,
@@ -107,6 +109,7 @@ impl Core {
                 config,
                 retry,
                 runners: Runners::default(),
+                queues: Default::default(),
                 holder: lease::holder_id(),
                 options,
             }),
@@ -197,8 +200,51 @@ impl Core {
     /// Record a user message and, unless `no_reply`, run the session until
     /// the model has answered it. Returns the last assistant message (or the
     /// user message with `no_reply`).
+    ///
+    /// Prompts to one session queue in arrival order: each waits for the
+    /// ones before it to be answered, then gets its own answer. A session
+    /// another process is running is refused (`SessionBusy`) before anything
+    /// is written.
     pub async fn prompt(&self, input: PromptInput) -> Result<MessageWithParts> {
         let session = self.inner.ledger.session(&input.session_id)?;
+        let queue = {
+            let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
+            queues.entry(session.id.clone()).or_default().clone()
+        };
+        let _turn = queue.lock_owned().await;
+        self.claim(&session.id)?;
+        let written = self.write_prompt(&session, &input);
+        if written.is_err() || input.no_reply {
+            // Nothing will run: give the lease back now.
+            let _ = self
+                .inner
+                .ledger
+                .release_lease(&session.id, &self.inner.holder);
+        }
+        let message = written?;
+        if input.no_reply {
+            return Ok(message);
+        }
+        let user_id = message.info.id().clone();
+        // A run that was already ending when this message landed may not have
+        // seen it; run again until an answer to it exists.
+        let mut last = self.run(&session.id).await?;
+        for _ in 0..3 {
+            let msgs = self.inner.ledger.messages(&session.id)?;
+            let answered = msgs
+                .iter()
+                .filter_map(history::assistant)
+                .any(|a| a.id > user_id && a.completed.is_some());
+            if answered {
+                break;
+            }
+            last = self.run(&session.id).await?;
+        }
+        Ok(last)
+    }
+
+    /// Write the user message of a prompt (and its tool switches).
+    fn write_prompt(&self, session: &SessionInfo, input: &PromptInput) -> Result<MessageWithParts> {
         let agent_name = input
             .agent
             .clone()
@@ -248,28 +294,10 @@ impl Core {
                 .set_session_permission(&session.id, &rules)?;
         }
 
-        let user_id = info.id().clone();
-        if input.no_reply {
-            return Ok(MessageWithParts {
-                info,
-                parts: vec![part],
-            });
-        }
-        // A run that was already ending when this message landed may not have
-        // seen it; run again until an answer to it exists.
-        let mut last = self.run(&session.id).await?;
-        for _ in 0..3 {
-            let msgs = self.inner.ledger.messages(&session.id)?;
-            let answered = msgs
-                .iter()
-                .filter_map(history::assistant)
-                .any(|a| a.id > user_id && a.completed.is_some());
-            if answered {
-                break;
-            }
-            last = self.run(&session.id).await?;
-        }
-        Ok(last)
+        Ok(MessageWithParts {
+            info,
+            parts: vec![part],
+        })
     }
 
     /// Run the session's loop (joining the run already going, if any) and
@@ -288,6 +316,60 @@ impl Core {
             .map_err(|e| {
                 Arc::try_unwrap(e).unwrap_or_else(|shared| CoreError::Internal(shared.to_string()))
             })
+    }
+
+    /// Take the session's runner lease for this process, or say who has it.
+    fn claim(&self, session: &SessionId) -> Result<()> {
+        let ttl = self.inner.options.lease_ttl.as_millis() as i64;
+        match self.inner.ledger.acquire_lease(
+            session,
+            &self.inner.holder,
+            ttl,
+            lease::holder_is_dead,
+        )? {
+            Ok(()) => Ok(()),
+            Err(held) => Err(CoreError::SessionBusy {
+                session: session.clone(),
+                holder: held.holder,
+            }),
+        }
+    }
+
+    /// Whether this process is running the session's loop now.
+    pub fn is_running(&self, session: &SessionId) -> bool {
+        self.inner.runners.is_running(session)
+    }
+
+    /// Sessions whose run was cut short by a process that died (their lease
+    /// outlived it): candidates for taking over with [`Core::run`].
+    pub fn orphaned(&self) -> Result<Vec<SessionId>> {
+        let now = now_ms();
+        Ok(self
+            .inner
+            .ledger
+            .leases()?
+            .into_iter()
+            .filter(|(s, holder, expires)| {
+                holder != &self.inner.holder
+                    && !self.inner.runners.is_running(s)
+                    && (*expires <= now || lease::holder_is_dead(holder))
+            })
+            .map(|(s, _, _)| s)
+            .collect())
+    }
+
+    /// Delete a session and its history. Refused while it runs, here or in
+    /// another process.
+    pub fn delete_session(&self, session: &SessionId) -> Result<()> {
+        self.inner.ledger.session(session)?;
+        if self.inner.runners.is_running(session) {
+            return Err(CoreError::SessionBusy {
+                session: session.clone(),
+                holder: self.inner.holder.clone(),
+            });
+        }
+        self.claim(session)?;
+        self.inner.ledger.delete_session(session)
     }
 
     /// Cancel the session's run: the model stream and running guest calls

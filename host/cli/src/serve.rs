@@ -1,0 +1,103 @@
+//! `warden serve`: the HTTP API on loopback by default; any other address
+//! needs a token.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use warden_server::ServerOptions;
+
+use crate::{Common, app, plugin_cmd};
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// The address to listen on. Anything but loopback requires --token.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// The port (0 picks a free one; the chosen address is printed).
+    #[arg(long, default_value_t = 4096)]
+    pub port: u16,
+    /// A token every request must carry (Authorization: Bearer TOKEN).
+    #[arg(long, env = "WARDEN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// The working directory of sessions created without one (default: the current directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
+    let ip: std::net::IpAddr = args
+        .host
+        .parse()
+        .with_context(|| format!("--host {:?} is not an IP address", args.host))?;
+    let addr = SocketAddr::new(ip, args.port);
+    let token = args.token.filter(|t| !t.is_empty());
+    if warden_server::needs_token(&addr) && token.is_none() {
+        anyhow::bail!(
+            "listening on {addr} would expose the API beyond this machine; pass --token (or set WARDEN_TOKEN), or listen on 127.0.0.1"
+        );
+    }
+    let dir = match args.dir {
+        Some(d) => d,
+        None => std::env::current_dir()?,
+    };
+    let app = app::build(&args.common, &dir).await?;
+    let plugins = app
+        .host
+        .plugins()
+        .iter()
+        .map(|p| plugin_cmd::describe(p))
+        .collect();
+    let router = warden_server::router(
+        app.core.clone(),
+        ServerOptions {
+            token,
+            directory: dir,
+            plugins,
+            ..ServerOptions::default()
+        },
+    );
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener.local_addr()?;
+    say!(
+        "warden listening on http://{local} (ledger {})",
+        app.core.ledger().path()
+    );
+
+    // Take over sessions whose runner died with its process (a lease that
+    // outlived it), here or in another server sharing the ledger.
+    let core = app.core.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            match core.orphaned() {
+                Ok(sessions) => {
+                    for s in sessions {
+                        let core = core.clone();
+                        tokio::spawn(async move {
+                            tracing::info!(session = %s, "taking over a session whose runner died");
+                            if let Err(e) = core.run(&s).await {
+                                tracing::warn!(session = %s, error = %e, "could not take over");
+                            }
+                        });
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "could not read the runner leases"),
+            }
+        }
+    });
+
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .context("the server stopped")?;
+    Ok(ExitCode::SUCCESS)
+}

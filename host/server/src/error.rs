@@ -1,0 +1,114 @@
+//! Errors as the API answers them: a status and a JSON body
+//! `{"error": {"code": "...", "message": "..."}}`, never a bare text.
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+use warden_core::CoreError;
+
+/// The body of every error response.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong, for programs (`code`) and people (`message`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// `not_found`, `bad_request`, `busy`, `unauthorized`, `too_large`, `internal`, ...
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// An error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message,
+            },
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<CoreError> for ApiError {
+    fn from(e: CoreError) -> Self {
+        let message = e.to_string();
+        match e {
+            CoreError::SessionNotFound(_) => Self::not_found(message),
+            CoreError::SessionBusy { .. } => Self::new(StatusCode::CONFLICT, "busy", message),
+            CoreError::Model { .. }
+            | CoreError::Config(_)
+            | CoreError::UnknownAgent { .. }
+            | CoreError::NoUserMessage(_) => Self::bad_request(message),
+            CoreError::Cancelled => Self::new(StatusCode::CONFLICT, "cancelled", message),
+            CoreError::Provider(_) => Self::new(StatusCode::BAD_GATEWAY, "provider", message),
+            CoreError::Ledger(_)
+            | CoreError::Corrupt { .. }
+            | CoreError::LedgerTooNew { .. }
+            | CoreError::Internal(_) => {
+                tracing::error!("{message}");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+            }
+        }
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        match r {
+            JsonRejection::MissingJsonContentType(_) => Self::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "send the body as JSON with content-type: application/json",
+            ),
+            JsonRejection::BytesRejection(b) if b.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Self::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "too_large",
+                    format!(
+                        "the body is larger than the server accepts ({})",
+                        b.body_text()
+                    ),
+                )
+            }
+            JsonRejection::JsonSyntaxError(e) => {
+                Self::bad_request(format!("the body is not valid JSON: {}", e.body_text()))
+            }
+            JsonRejection::JsonDataError(e) => {
+                Self::bad_request(format!("the body does not fit: {}", e.body_text()))
+            }
+            other => Self::bad_request(other.body_text()),
+        }
+    }
+}

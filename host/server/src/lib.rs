@@ -1,0 +1,149 @@
+//! `warden serve`: the HTTP API and live event stream over the agent core,
+//! the way OpenCode's clients talk to `opencode serve`.
+//!
+//! Where to start reading: [`router`] (every route, the auth layer, the body
+//! limit and the JSON fallbacks), then `routes.rs` (REST) and `event.rs`
+//! (SSE). The OpenAPI document at `/doc` is generated from the handlers'
+//! annotations and the protocol types' schemas.
+
+mod error;
+mod event;
+mod routes;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
+use serde_json::Value;
+use subtle::ConstantTimeEq;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use warden_core::Core;
+
+pub use error::{ApiError, ErrorBody};
+
+/// How the server is set up.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// Required on every request when set: `Authorization: Bearer TOKEN`
+    /// (or `?token=TOKEN`, for EventSource clients that cannot set headers).
+    pub token: Option<String>,
+    /// The working directory of sessions created without one.
+    pub directory: PathBuf,
+    /// What `GET /plugin` answers: one object per plugin.
+    pub plugins: Vec<Value>,
+    /// The largest request body accepted, in bytes.
+    pub body_limit: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            token: None,
+            directory: PathBuf::from("."),
+            plugins: Vec::new(),
+            body_limit: 1 << 20,
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub core: Core,
+    pub options: ServerOptions,
+}
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub(crate) struct AppState(Arc<Inner>);
+
+impl std::ops::Deref for AppState {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "warden", description = "The warden agent host: sessions, prompts, the live event stream, permission asks."),
+    tags(
+        (name = "session", description = "Sessions, their messages, prompts and aborts"),
+        (name = "permission", description = "Permission asks waiting for an answer"),
+        (name = "event", description = "The live event stream"),
+        (name = "plugin", description = "Loaded plugins and their grants"),
+        (name = "server", description = "Health")
+    )
+)]
+struct ApiDoc;
+
+/// The whole API.
+pub fn router(core: Core, options: ServerOptions) -> Router {
+    let body_limit = options.body_limit;
+    let state = AppState(Arc::new(Inner { core, options }));
+    let (api, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(routes::health))
+        .routes(routes!(routes::list_sessions, routes::create_session))
+        .routes(routes!(routes::get_session, routes::delete_session))
+        .routes(routes!(routes::messages, routes::prompt))
+        .routes(routes!(routes::prompt_async))
+        .routes(routes!(routes::abort))
+        .routes(routes!(routes::pending_permissions))
+        .routes(routes!(routes::reply_permission))
+        .routes(routes!(routes::plugins))
+        .routes(routes!(event::events))
+        .split_for_parts();
+    let doc = Arc::new(doc);
+    api.route(
+        "/doc",
+        axum::routing::get(move || async move { Json(doc.as_ref().clone()) }),
+    )
+    .fallback(|| async { ApiError::not_found("no such endpoint; GET /doc lists them") })
+    .method_not_allowed_fallback(|| async {
+        ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "this endpoint does not take that method; GET /doc lists them",
+        )
+    })
+    .layer(DefaultBodyLimit::max(body_limit))
+    .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+    .with_state(state)
+}
+
+/// Refuse requests without the token, when one is set.
+async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(token) = &state.options.token else {
+        return next.run(request).await;
+    };
+    let from_header = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let from_query = request
+        .uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")));
+    let given = from_header.or(from_query).unwrap_or("");
+    if bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
+        next.run(request).await
+    } else {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "send the server's token: Authorization: Bearer TOKEN",
+        )
+        .into_response()
+    }
+}
+
+/// Whether binding to `addr` needs a token: anything but loopback does.
+pub fn needs_token(addr: &SocketAddr) -> bool {
+    !addr.ip().is_loopback()
+}
