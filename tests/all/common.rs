@@ -8,6 +8,9 @@ use serde_json::{Value, json};
 use warden_core::{Bus, Ledger};
 use warden_protocol::{MessageWithParts, PartBody, SessionId, ToolState};
 
+/// The built-in tools, in the order the model is offered them.
+pub const BUILTIN_TOOLS: [&str; 6] = ["read", "write", "edit", "list", "glob", "grep"];
+
 /// A project directory, a data dir and a cassette, all temporary.
 pub struct Env {
     pub root: tempfile::TempDir,
@@ -18,6 +21,11 @@ impl Env {
         let root = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(root.path().join("project")).unwrap();
         std::fs::create_dir_all(root.path().join("data")).unwrap();
+        // Each test has a data dir of its own, but compiling the built-in
+        // components afresh in each would cost seconds per run; the cache is
+        // keyed by content and engine, and written atomically, so sharing it
+        // is safe.
+        std::os::unix::fs::symlink(shared_cache(), root.path().join("data").join("cache")).unwrap();
         Env { root }
     }
 
@@ -105,6 +113,13 @@ impl Env {
     pub fn ledger(&self) -> Ledger {
         Ledger::open(&self.data().join("ledger.db"), Bus::new()).unwrap()
     }
+}
+
+/// The compiled-component cache every test's data dir points to.
+fn shared_cache() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("warden-component-cache");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 /// The fixture component built by host/runtime/build.rs.
