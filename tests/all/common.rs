@@ -94,19 +94,28 @@ impl Env {
 
     /// Run `warden run --format json --model scripted:CASSETTE PROMPT`.
     pub fn run_json(&self, prompt: &str) -> Run {
+        self.run_json_with(prompt, &[])
+    }
+
+    /// The same, with environment variables set (`Some`) or removed (`None`)
+    /// for the process, e.g. the ones a plugin is granted.
+    pub fn run_json_with(&self, prompt: &str, vars: &[(&str, Option<&str>)]) -> Run {
         let cassette = self.root.path().join("cassette.json");
-        let out = self
-            .warden(&[
-                "run",
-                "--format",
-                "json",
-                "--model",
-                &format!("scripted:{}", cassette.display()),
-                prompt,
-            ])
-            .output()
-            .unwrap();
-        Run::from(out)
+        let mut cmd = self.warden(&[
+            "run",
+            "--format",
+            "json",
+            "--model",
+            &format!("scripted:{}", cassette.display()),
+            prompt,
+        ]);
+        for (name, value) in vars {
+            match value {
+                Some(v) => cmd.env(name, v),
+                None => cmd.env_remove(name),
+            };
+        }
+        Run::from(cmd.output().unwrap())
     }
 
     /// The ledger the binary wrote.
@@ -124,10 +133,12 @@ fn shared_cache() -> PathBuf {
 
 /// The fixture component built by host/runtime/build.rs.
 pub fn fixture_wasm() -> String {
-    format!(
-        "{}/warden_fixtures.wasm",
-        warden_runtime::builtin::plugin_dir()
-    )
+    plugin_wasm("warden_fixtures.wasm")
+}
+
+/// A component built by host/runtime/build.rs, by file name.
+pub fn plugin_wasm(file: &str) -> String {
+    format!("{}/{file}", warden_runtime::builtin::plugin_dir())
 }
 
 /// A finished `warden` process and its JSON events.
