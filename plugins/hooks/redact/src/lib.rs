@@ -7,8 +7,10 @@
 //! known prefix (`sk-…`, `ghp_…`, `github_pat_…`, `AKIA…`, `xoxb-…`,
 //! `AIza…`, `sk_live_…`), `Bearer` tokens, AWS secret keys written next to
 //! their name, and PEM private-key blocks (also when the output was cut in
-//! the middle of one). It cannot know a secret with no recognisable shape;
-//! deny `read` on such files in the permission rules instead.
+//! the middle of one). A BEGIN…END span goes whole even when other lines
+//! sit between the two (as in `grep` output): redacting too much is the safe
+//! mistake. It cannot know a secret with no recognisable shape; deny `read`
+//! on such files in the permission rules instead.
 
 use std::collections::BTreeMap;
 
