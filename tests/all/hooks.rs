@@ -250,7 +250,7 @@ fn a_rewrite_is_checked_again_so_it_cannot_reach_a_denied_path() {
     match state(&env, &run, "w2") {
         ToolState::Completed { input, output, .. } => {
             assert_eq!(input["filePath"], "moved/y.txt");
-            assert_eq!(output, "Created moved/y.txt (1 bytes, 1 line).");
+            assert_eq!(output, "Created moved/y.txt (1 byte, 1 line).");
         }
         other => panic!("{other:?}"),
     }

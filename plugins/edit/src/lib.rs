@@ -189,17 +189,19 @@ fn create(ctx: &Context, t: &Target, content: &str) -> Result<Output, Error> {
         })?;
     }
     std::fs::write(&t.abs, content).map_err(|e| fsx::io_error(Edit::ID, "write", &t.shown, &e))?;
-    Ok(
-        Output::text(format!("Created {} ({} bytes).", t.shown, content.len()))
-            .title(t.shown.clone())
-            .metadata(json!({
-                "path": t.shown,
-                "created": true,
-                "replacements": 0,
-                "bytesBefore": 0,
-                "bytesAfter": content.len(),
-            })),
-    )
+    Ok(Output::text(format!(
+        "Created {} ({}).",
+        t.shown,
+        text::count(content.len(), "byte", "bytes")
+    ))
+    .title(t.shown.clone())
+    .metadata(json!({
+        "path": t.shown,
+        "created": true,
+        "replacements": 0,
+        "bytesBefore": 0,
+        "bytesAfter": content.len(),
+    })))
 }
 
 /// Write the new content and say what changed.

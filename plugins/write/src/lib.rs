@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 use warden_plugin_sdk::{Context, Error, Output, Tool, Value, json};
-use warden_toolkit::fsx;
+use warden_toolkit::{fsx, text};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -94,12 +94,17 @@ impl Tool for Write {
         let bytes = args.content.len();
         let lines = count_lines(&args.content);
         let size = format!(
-            "{bytes} bytes, {lines} line{}",
-            if lines == 1 { "" } else { "s" }
+            "{}, {}",
+            text::count(bytes, "byte", "bytes"),
+            text::count(lines, "line", "lines")
         );
         let output = match previous {
             None => format!("Created {} ({size}).", t.shown),
-            Some(before) => format!("Overwrote {} ({size}; it had {before} bytes).", t.shown),
+            Some(before) => format!(
+                "Overwrote {} ({size}; it had {}).",
+                t.shown,
+                text::count(before as usize, "byte", "bytes")
+            ),
         };
         Ok(Output::text(output).title(t.shown.clone()).metadata(json!({
             "path": t.shown,

@@ -35,7 +35,7 @@ fn write_creates_files_and_folders_then_overwrites() {
         ok(&results, "w1"),
         "Created notes/a/b.txt (8 bytes, 2 lines)."
     );
-    assert_eq!(ok(&results, "abs"), "Created top.txt (1 bytes, 1 line).");
+    assert_eq!(ok(&results, "abs"), "Created top.txt (1 byte, 1 line).");
     assert_eq!(
         ok(&results, "empty"),
         "Created empty.txt (0 bytes, 0 lines)."

@@ -96,7 +96,7 @@ fn guard_writes_allows_only_the_granted_globs_and_protects_by_default() {
     let (_, results) = run(&env, &[("WARDEN_GUARD_ALLOW", None)]);
     assert_eq!(
         result(&results, "any").2,
-        "Created build.rs (1 bytes, 1 line)."
+        "Created build.rs (1 byte, 1 line)."
     );
     assert_eq!(
         result(&results, "env").2,
