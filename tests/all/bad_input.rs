@@ -107,7 +107,7 @@ fn bad_tool_calls_from_the_model_become_error_parts_and_the_model_is_told() {
     }
     assert_eq!(
         by_id("c1").2,
-        "Error: unknown tool `shell`; the tools available are: read"
+        "Error: unknown tool `shell`; the tools available are: read, write, edit, list, glob, grep"
     );
     assert!(
         by_id("c2").2.contains("the arguments are not valid JSON"),

@@ -47,7 +47,7 @@ fn the_seed_scenario_reads_then_answers_in_two_requests() {
     // What the model was shown: the read tool, then its result paired with the call.
     let reqs = env.requests();
     assert_eq!(reqs.len(), 2, "two model requests, and the loop ended");
-    assert_eq!(offered(&reqs[0]), ["read"]);
+    assert_eq!(offered(&reqs[0]), BUILTIN_TOOLS);
     assert!(tool_results(&reqs[0]).is_empty());
     let results = tool_results(&reqs[1]);
     assert_eq!(results.len(), 1);

@@ -8,6 +8,9 @@ use serde_json::{Value, json};
 use warden_core::{Bus, Ledger};
 use warden_protocol::{MessageWithParts, PartBody, SessionId, ToolState};
 
+/// The built-in tools, in the order the model is offered them.
+pub const BUILTIN_TOOLS: [&str; 6] = ["read", "write", "edit", "list", "glob", "grep"];
+
 /// A project directory, a data dir and a cassette, all temporary.
 pub struct Env {
     pub root: tempfile::TempDir,
@@ -18,6 +21,11 @@ impl Env {
         let root = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(root.path().join("project")).unwrap();
         std::fs::create_dir_all(root.path().join("data")).unwrap();
+        // Each test has a data dir of its own, but compiling the built-in
+        // components afresh in each would cost seconds per run; the cache is
+        // keyed by content and engine, and written atomically, so sharing it
+        // is safe.
+        std::os::unix::fs::symlink(shared_cache(), root.path().join("data").join("cache")).unwrap();
         Env { root }
     }
 
@@ -86,19 +94,28 @@ impl Env {
 
     /// Run `warden run --format json --model scripted:CASSETTE PROMPT`.
     pub fn run_json(&self, prompt: &str) -> Run {
+        self.run_json_with(prompt, &[])
+    }
+
+    /// The same, with environment variables set (`Some`) or removed (`None`)
+    /// for the process, e.g. the ones a plugin is granted.
+    pub fn run_json_with(&self, prompt: &str, vars: &[(&str, Option<&str>)]) -> Run {
         let cassette = self.root.path().join("cassette.json");
-        let out = self
-            .warden(&[
-                "run",
-                "--format",
-                "json",
-                "--model",
-                &format!("scripted:{}", cassette.display()),
-                prompt,
-            ])
-            .output()
-            .unwrap();
-        Run::from(out)
+        let mut cmd = self.warden(&[
+            "run",
+            "--format",
+            "json",
+            "--model",
+            &format!("scripted:{}", cassette.display()),
+            prompt,
+        ]);
+        for (name, value) in vars {
+            match value {
+                Some(v) => cmd.env(name, v),
+                None => cmd.env_remove(name),
+            };
+        }
+        Run::from(cmd.output().unwrap())
     }
 
     /// The ledger the binary wrote.
@@ -107,12 +124,21 @@ impl Env {
     }
 }
 
+/// The compiled-component cache every test's data dir points to.
+fn shared_cache() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("warden-component-cache");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// The fixture component built by host/runtime/build.rs.
 pub fn fixture_wasm() -> String {
-    format!(
-        "{}/warden_fixtures.wasm",
-        warden_runtime::builtin::plugin_dir()
-    )
+    plugin_wasm("warden_fixtures.wasm")
+}
+
+/// A component built by host/runtime/build.rs, by file name.
+pub fn plugin_wasm(file: &str) -> String {
+    format!("{}/{file}", warden_runtime::builtin::plugin_dir())
 }
 
 /// A finished `warden` process and its JSON events.

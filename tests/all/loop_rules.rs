@@ -53,7 +53,7 @@ fn the_last_allowed_step_gets_the_max_steps_instruction_and_no_tools() {
     assert!(run.status.success(), "{}", run.stderr);
     let reqs = env.requests();
     assert_eq!(reqs.len(), 2);
-    assert_eq!(offered(&reqs[0]), ["read"]);
+    assert_eq!(offered(&reqs[0]), BUILTIN_TOOLS);
     assert!(offered(&reqs[1]).is_empty(), "no tools on the last step");
     let last = reqs[1]["messages"]
         .as_array()

@@ -6,8 +6,10 @@
 mod common;
 
 mod bad_input;
+mod builtin_tools;
 mod cli;
 mod crash;
+mod hooks;
 mod loop_rules;
 mod read_tool;
 mod runtime;

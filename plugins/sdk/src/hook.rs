@@ -1,6 +1,6 @@
 //! Hook plugins: the [`Hook`] trait and [`export_hook!`](crate::export_hook).
 
-use crate::bindings::exports::warden::plugin::hooks as wit;
+use crate::bindings::hook::exports::warden::plugin::hooks as wit;
 use crate::{Context, Output, Value};
 
 /// What a before hook decides about a call.
@@ -94,27 +94,27 @@ macro_rules! export_hook {
         #[doc(hidden)]
         pub struct __WardenHook;
 
-        impl $crate::bindings::exports::warden::plugin::hooks::Guest for __WardenHook {
-            fn describe() -> $crate::bindings::exports::warden::plugin::hooks::HookSpec {
+        impl $crate::bindings::hook::exports::warden::plugin::hooks::Guest for __WardenHook {
+            fn describe() -> $crate::bindings::hook::exports::warden::plugin::hooks::HookSpec {
                 $crate::__describe::<$hook>()
             }
             fn before(
-                ctx: $crate::bindings::exports::warden::plugin::hooks::CallContext,
+                ctx: $crate::bindings::hook::exports::warden::plugin::hooks::CallContext,
                 tool: ::std::string::String,
                 arguments: ::std::string::String,
-            ) -> $crate::bindings::exports::warden::plugin::hooks::BeforeDecision {
+            ) -> $crate::bindings::hook::exports::warden::plugin::hooks::BeforeDecision {
                 $crate::__before::<$hook>(ctx, &tool, &arguments)
             }
             fn after(
-                ctx: $crate::bindings::exports::warden::plugin::hooks::CallContext,
+                ctx: $crate::bindings::hook::exports::warden::plugin::hooks::CallContext,
                 tool: ::std::string::String,
                 arguments: ::std::string::String,
-                output: $crate::bindings::exports::warden::plugin::hooks::ToolOutput,
-            ) -> $crate::bindings::exports::warden::plugin::hooks::AfterDecision {
+                output: $crate::bindings::hook::exports::warden::plugin::hooks::ToolOutput,
+            ) -> $crate::bindings::hook::exports::warden::plugin::hooks::AfterDecision {
                 $crate::__after::<$hook>(ctx, &tool, &arguments, output)
             }
         }
 
-        $crate::bindings::__export_hook_plugin!(__WardenHook with_types_in $crate::bindings);
+        $crate::bindings::hook::__export_hook_plugin!(__WardenHook with_types_in $crate::bindings::hook);
     };
 }

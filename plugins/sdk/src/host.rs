@@ -1,6 +1,6 @@
 //! What the host offers a running plugin: logging, progress, asking.
 
-use crate::bindings::warden::plugin::host as wit;
+use crate::bindings::host as wit;
 
 pub use wit::LogLevel;
 

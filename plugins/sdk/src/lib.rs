@@ -34,29 +34,66 @@
 
 pub use serde_json::{Value, json};
 
-/// The generated bindings of the WIT worlds. Public so the export macros can
-/// reach them; plugin code should not need them.
+/// The generated bindings of the WIT worlds, one module per world. Public so
+/// the export macros can reach them; plugin code should not need them.
+///
+/// Both worlds can be compiled into one build: cargo unifies the features of
+/// a crate shared by a workspace's members, so a workspace holding tools and
+/// hooks builds this crate once with `tool` and `hook` on. That is safe
+/// because a world's exports reach a component only through its export macro
+/// (`pub_export_macro` leaves them out of the bindings' own metadata), and
+/// the hook world then reuses the tool world's `types` and `host`, so there
+/// is one `CallContext` and one `ToolOutput` type.
 #[doc(hidden)]
 pub mod bindings {
     #[cfg(feature = "tool")]
-    wit_bindgen::generate!({
-        path: "../../wit",
-        world: "tool-plugin",
-        pub_export_macro: true,
-        export_macro_name: "__export_tool_plugin",
-        default_bindings_module: "warden_plugin_sdk::bindings",
-    });
+    pub mod tool {
+        wit_bindgen::generate!({
+            path: "../../wit",
+            world: "tool-plugin",
+            pub_export_macro: true,
+            export_macro_name: "__export_tool_plugin",
+            default_bindings_module: "warden_plugin_sdk::bindings::tool",
+        });
+    }
+
+    #[cfg(all(feature = "hook", feature = "tool"))]
+    pub mod hook {
+        wit_bindgen::generate!({
+            path: "../../wit",
+            world: "hook-plugin",
+            pub_export_macro: true,
+            export_macro_name: "__export_hook_plugin",
+            default_bindings_module: "warden_plugin_sdk::bindings::hook",
+            with: {
+                "warden:plugin/types@0.1.0": crate::bindings::tool::warden::plugin::types,
+                "warden:plugin/host@0.1.0": crate::bindings::tool::warden::plugin::host,
+            },
+        });
+    }
 
     #[cfg(all(feature = "hook", not(feature = "tool")))]
-    wit_bindgen::generate!({
-        path: "../../wit",
-        world: "hook-plugin",
-        pub_export_macro: true,
-        export_macro_name: "__export_hook_plugin",
-        default_bindings_module: "warden_plugin_sdk::bindings",
-    });
+    pub mod hook {
+        wit_bindgen::generate!({
+            path: "../../wit",
+            world: "hook-plugin",
+            pub_export_macro: true,
+            export_macro_name: "__export_hook_plugin",
+            default_bindings_module: "warden_plugin_sdk::bindings::hook",
+        });
+    }
+
+    #[cfg(feature = "tool")]
+    pub use tool::warden::plugin::{host, types};
+
+    #[cfg(all(feature = "hook", not(feature = "tool")))]
+    pub use hook::warden::plugin::{host, types};
 }
 
+#[cfg(not(any(feature = "tool", feature = "hook")))]
+compile_error!("enable the `tool` feature (a tool plugin) or the `hook` feature (a hook plugin)");
+
+pub mod glob;
 pub mod host;
 pub mod paths;
 
@@ -65,9 +102,9 @@ mod tool;
 #[cfg(feature = "tool")]
 pub use tool::*;
 
-#[cfg(all(feature = "hook", not(feature = "tool")))]
+#[cfg(feature = "hook")]
 mod hook;
-#[cfg(all(feature = "hook", not(feature = "tool")))]
+#[cfg(feature = "hook")]
 pub use hook::*;
 
 /// Where a call comes from.
@@ -94,8 +131,8 @@ impl Context {
     }
 }
 
-impl From<bindings::warden::plugin::types::CallContext> for Context {
-    fn from(c: bindings::warden::plugin::types::CallContext) -> Self {
+impl From<bindings::types::CallContext> for Context {
+    fn from(c: bindings::types::CallContext) -> Self {
         Context {
             session_id: c.session_id,
             message_id: c.message_id,
@@ -139,16 +176,16 @@ impl Output {
         self
     }
 
-    fn into_wit(self) -> bindings::warden::plugin::types::ToolOutput {
-        bindings::warden::plugin::types::ToolOutput {
+    fn into_wit(self) -> bindings::types::ToolOutput {
+        bindings::types::ToolOutput {
             output: self.output,
             title: self.title,
             metadata: self.metadata.to_string(),
         }
     }
 
-    #[allow(dead_code)]
-    fn from_wit(o: bindings::warden::plugin::types::ToolOutput) -> Self {
+    #[cfg(feature = "hook")]
+    fn from_wit(o: bindings::types::ToolOutput) -> Self {
         Output {
             output: o.output,
             title: o.title,
@@ -175,8 +212,9 @@ impl Error {
         Error::Failed(message.into())
     }
 
-    fn into_wit(self) -> bindings::warden::plugin::types::ToolError {
-        use bindings::warden::plugin::types::ToolError;
+    #[cfg(feature = "tool")]
+    fn into_wit(self) -> bindings::types::ToolError {
+        use bindings::types::ToolError;
         match self {
             Error::InvalidArguments(m) => ToolError::InvalidArguments(m),
             Error::Failed(m) => ToolError::Failed(m),

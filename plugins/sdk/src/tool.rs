@@ -1,6 +1,6 @@
 //! Tool plugins: the [`Tool`] trait and [`export_tools!`](crate::export_tools).
 
-use crate::bindings::exports::warden::plugin::tool as wit;
+use crate::bindings::tool::exports::warden::plugin::tool as wit;
 use crate::{Context, Error, Output, Value};
 
 /// One tool. Implement it on a unit struct and list the struct in
@@ -64,18 +64,18 @@ macro_rules! export_tools {
         #[doc(hidden)]
         pub struct __WardenTools;
 
-        impl $crate::bindings::exports::warden::plugin::tool::Guest for __WardenTools {
-            fn describe() -> ::std::vec::Vec<$crate::bindings::exports::warden::plugin::tool::ToolSpec> {
+        impl $crate::bindings::tool::exports::warden::plugin::tool::Guest for __WardenTools {
+            fn describe() -> ::std::vec::Vec<$crate::bindings::tool::exports::warden::plugin::tool::ToolSpec> {
                 ::std::vec![$($crate::__spec::<$tool>()),+]
             }
 
             fn execute(
-                ctx: $crate::bindings::exports::warden::plugin::tool::CallContext,
+                ctx: $crate::bindings::tool::exports::warden::plugin::tool::CallContext,
                 tool: ::std::string::String,
                 arguments: ::std::string::String,
             ) -> ::std::result::Result<
-                $crate::bindings::exports::warden::plugin::tool::ToolOutput,
-                $crate::bindings::exports::warden::plugin::tool::ToolError,
+                $crate::bindings::tool::exports::warden::plugin::tool::ToolOutput,
+                $crate::bindings::tool::exports::warden::plugin::tool::ToolError,
             > {
                 $(
                     if tool == <$tool as $crate::Tool>::ID {
@@ -86,6 +86,6 @@ macro_rules! export_tools {
             }
         }
 
-        $crate::bindings::__export_tool_plugin!(__WardenTools with_types_in $crate::bindings);
+        $crate::bindings::tool::__export_tool_plugin!(__WardenTools with_types_in $crate::bindings::tool);
     };
 }
