@@ -3,9 +3,17 @@
 //! A [`Provider`] turns one [`LlmRequest`] into a stream of [`LlmEvent`]s;
 //! the processor consumes that stream and never sees a wire protocol. The
 //! [`scripted`] provider replays a cassette, for the offline demo and tests.
+//!
+//! Real adapters are built on [`sse`] (event-stream parsing), [`http`] and
+//! [`failure`] (the client, timeouts, HTTP errors and retry-after) and
+//! [`stream`] (a protocol decoder driven over a response body).
 
+pub mod failure;
+pub mod http;
 pub mod retry;
 pub mod scripted;
+pub mod sse;
+pub mod stream;
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -31,6 +39,7 @@ pub trait Provider: Send + Sync {
 
 /// Prices in dollars per million tokens.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Prices {
     #[serde(default)]
     pub input: f64,
