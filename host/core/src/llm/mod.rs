@@ -4,12 +4,16 @@
 //! the processor consumes that stream and never sees a wire protocol. The
 //! [`scripted`] provider replays a cassette, for the offline demo and tests.
 //!
-//! Real adapters are built on [`sse`] (event-stream parsing), [`http`] and
-//! [`failure`] (the client, timeouts, HTTP errors and retry-after) and
-//! [`stream`] (a protocol decoder driven over a response body).
+//! The real adapters speak HTTP: [`openai`] (Chat Completions, also for
+//! compatible local servers, and the Responses API) and [`anthropic`]
+//! (Messages). Each is a request builder plus a stream [`stream::Decoder`]
+//! over [`sse`] events; [`http`] and [`failure`] hold what they share (the
+//! client, timeouts, HTTP errors and retry-after).
 
+pub mod anthropic;
 pub mod failure;
 pub mod http;
+pub mod openai;
 pub mod retry;
 pub mod scripted;
 pub mod sse;
