@@ -8,12 +8,14 @@
 //! compatible local servers, and the Responses API) and [`anthropic`]
 //! (Messages). Each is a request builder plus a stream [`stream::Decoder`]
 //! over [`sse`] events; [`http`] and [`failure`] hold what they share (the
-//! client, timeouts, HTTP errors and retry-after).
+//! client, timeouts, HTTP errors and retry-after). [`providers`] reads them
+//! from the config.
 
 pub mod anthropic;
 pub mod failure;
 pub mod http;
 pub mod openai;
+pub mod providers;
 pub mod retry;
 pub mod scripted;
 pub mod sse;
@@ -27,6 +29,7 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use warden_protocol::{LlmEvent, LlmRequest, ModelRef, ProviderError, Tokens};
 
+use crate::config::Config;
 use crate::error::{CoreError, Result};
 
 /// The events of one model request.
@@ -106,6 +109,27 @@ impl Models {
     pub fn new() -> Self {
         let m = Models::default();
         m.register("scripted", Arc::new(scripted::resolve));
+        m
+    }
+
+    /// A resolver for everything the config can name: `scripted`, the
+    /// built-in `openai` and `anthropic` (which work from environment
+    /// variables alone), and every provider in the config's `provider` table.
+    pub fn from_config(config: &Config) -> Self {
+        Self::from_config_with_env(config, providers::process_env())
+    }
+
+    /// [`Models::from_config`], reading environment variables through `env`.
+    pub fn from_config_with_env(config: &Config, env: providers::EnvLookup) -> Self {
+        let m = Models::new();
+        let mut names: Vec<&str> = vec!["openai", "anthropic"];
+        names.extend(config.provider.keys().map(String::as_str));
+        for name in names {
+            m.register(
+                name,
+                providers::factory(name, config.provider.get(name), env.clone()),
+            );
+        }
         m
     }
 
