@@ -220,7 +220,8 @@ impl Config {
             }
         }
         for (name, p) in &config.provider {
-            crate::llm::providers::validate(name, p).map_err(|e| format!("provider.{name}: {e}"))?;
+            crate::llm::providers::validate(name, p)
+                .map_err(|e| format!("provider.{name}: {e}"))?;
         }
         let mut names = std::collections::BTreeSet::new();
         for p in &config.plugins {

@@ -93,14 +93,27 @@ fn kind_for_code(code: &str) -> Option<ErrorKind> {
         "rate_limit_error" | "rate_limit_exceeded" | "rate_limited" | "too_many_requests" => {
             ErrorKind::RateLimited
         }
-        "api_error" | "server_error" | "internal_server_error" | "internal_error"
-        | "service_unavailable" | "timeout" => ErrorKind::Server,
+        "api_error"
+        | "server_error"
+        | "internal_server_error"
+        | "internal_error"
+        | "service_unavailable"
+        | "timeout" => ErrorKind::Server,
         // Quota and billing: waiting does not help; the operator must act.
-        "authentication_error" | "permission_error" | "invalid_api_key" | "insufficient_quota"
-        | "billing_error" | "billing_hard_limit_reached" => ErrorKind::Auth,
+        "authentication_error"
+        | "permission_error"
+        | "invalid_api_key"
+        | "insufficient_quota"
+        | "billing_error"
+        | "billing_hard_limit_reached" => ErrorKind::Auth,
         "context_length_exceeded" | "string_above_max_length" => ErrorKind::ContextOverflow,
-        "invalid_request_error" | "not_found_error" | "request_too_large" | "tool_use_failed"
-        | "invalid_prompt" | "model_not_found" | "invalid_value" => ErrorKind::BadRequest,
+        "invalid_request_error"
+        | "not_found_error"
+        | "request_too_large"
+        | "tool_use_failed"
+        | "invalid_prompt"
+        | "model_not_found"
+        | "invalid_value" => ErrorKind::BadRequest,
         _ => return None,
     })
 }
@@ -108,7 +121,7 @@ fn kind_for_code(code: &str) -> Option<ErrorKind> {
 /// The kind for an HTTP status.
 pub fn kind_for_status(status: u16) -> ErrorKind {
     match status {
-        401 | 402 | 403 => ErrorKind::Auth,
+        401..=403 => ErrorKind::Auth,
         // The OpenAI and Anthropic SDKs retry these two: a timeout or a lock conflict on their side.
         408 | 409 => ErrorKind::Server,
         429 => ErrorKind::RateLimited,
@@ -151,7 +164,10 @@ fn retryable(kind: ErrorKind) -> bool {
 /// field in a chunk). `provider` names who said it.
 pub fn in_band(provider: &str, body: &Value) -> ProviderError {
     let d = describe(body).unwrap_or_else(|| Described {
-        message: format!("an error without a message: {}", clip(&body.to_string(), 300)),
+        message: format!(
+            "an error without a message: {}",
+            clip(&body.to_string(), 300)
+        ),
         ..Described::default()
     });
     let kind = classify(d.status, &d);
@@ -197,7 +213,9 @@ fn compose(provider: &str, d: &Described, kind: ErrorKind, key_env: Option<&str>
     }
     match kind {
         ErrorKind::Auth => match key_env {
-            Some(var) => m.push_str(&format!("; check the key in ${var} and the account's access")),
+            Some(var) => m.push_str(&format!(
+                "; check the key in ${var} and the account's access"
+            )),
             None => m.push_str("; check the provider's API key and the account's access"),
         },
         ErrorKind::ContextOverflow => {
@@ -348,7 +366,10 @@ mod tests {
     #[test]
     fn messages_come_from_every_body_shape() {
         let m = |body: &str| from_response("p", 400, body, None, None).message;
-        assert_eq!(m(r#"{"error":"model 'x' not found"}"#), "p: model 'x' not found");
+        assert_eq!(
+            m(r#"{"error":"model 'x' not found"}"#),
+            "p: model 'x' not found"
+        );
         assert_eq!(
             m(r#"{"detail":"Not Found"}"#),
             "p: Not Found",

@@ -57,8 +57,11 @@ impl Endpoint {
         for (k, v) in &settings.headers {
             let name = HeaderName::from_bytes(k.as_bytes())
                 .map_err(|e| format!("header name {k:?}: {e}"))?;
-            let mut value =
-                HeaderValue::from_str(v).map_err(|_| format!("header {k:?}: the value is not valid in HTTP (a key with a newline in it?)"))?;
+            let mut value = HeaderValue::from_str(v).map_err(|_| {
+                format!(
+                    "header {k:?}: the value is not valid in HTTP (a key with a newline in it?)"
+                )
+            })?;
             value.set_sensitive(is_secret(k));
             headers.insert(name, value);
         }

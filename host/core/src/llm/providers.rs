@@ -109,9 +109,7 @@ pub fn validate(name: &str, p: &ProviderConfig) -> std::result::Result<(), Strin
     }
     let builtin = matches!(name, "openai" | "anthropic");
     if p.api.is_none() && !builtin {
-        return Err(
-            "set \"api\" to \"openai-chat\", \"openai-responses\" or \"anthropic\"".into(),
-        );
+        return Err("set \"api\" to \"openai-chat\", \"openai-responses\" or \"anthropic\"".into());
     }
     match &p.base_url {
         Some(url) => check_url(url)?,
@@ -120,7 +118,10 @@ pub fn validate(name: &str, p: &ProviderConfig) -> std::result::Result<(), Strin
         }
         None => {}
     }
-    if p.api_key_env.as_deref().is_some_and(|v| v.trim().is_empty()) {
+    if p.api_key_env
+        .as_deref()
+        .is_some_and(|v| v.trim().is_empty())
+    {
         return Err("\"api_key_env\" must name an environment variable".into());
     }
     if p.connect_timeout_ms == Some(0) || p.idle_timeout_ms == Some(0) {
@@ -152,7 +153,9 @@ pub fn validate(name: &str, p: &ProviderConfig) -> std::result::Result<(), Strin
 fn check_url(url: &str) -> std::result::Result<(), String> {
     match reqwest::Url::parse(url) {
         Ok(u) if matches!(u.scheme(), "http" | "https") => Ok(()),
-        Ok(_) => Err(format!("base_url {url:?} must start with http:// or https://")),
+        Ok(_) => Err(format!(
+            "base_url {url:?} must start with http:// or https://"
+        )),
         Err(e) => Err(format!("base_url {url:?} is not a URL: {e}")),
     }
 }
@@ -291,7 +294,12 @@ fn resolve(s: &Settings, model: &ModelRef, env: &EnvLookup) -> Result<ResolvedMo
     })
     .map_err(|reason| CoreError::Config(format!("provider.{}: {reason}", s.name)))?;
 
-    let m = s.config.models.get(&model.model).cloned().unwrap_or_default();
+    let m = s
+        .config
+        .models
+        .get(&model.model)
+        .cloned()
+        .unwrap_or_default();
     let (known_context, known_output) = match s.api {
         Api::Anthropic => anthropic::known_limits(&model.model),
         _ => (None, None),

@@ -50,13 +50,19 @@ fn with_no_config_keys_and_base_urls_come_from_the_environment() {
     assert!(m.resolve(&Models::parse("openai/qwen3").unwrap()).is_ok());
     let m = models("{}", &[("OPENAI_BASE_URL", "not a url")]);
     let e = resolve_err(&m, "openai/x");
-    assert!(e.contains("OPENAI_BASE_URL") && e.contains("not a URL"), "{e}");
+    assert!(
+        e.contains("OPENAI_BASE_URL") && e.contains("not a URL"),
+        "{e}"
+    );
     // Claude models get their family's limits.
     let m = models("{}", &[("ANTHROPIC_API_KEY", "k")]);
     let r = m
         .resolve(&Models::parse("anthropic/claude-3-5-haiku-latest").unwrap())
         .unwrap();
-    assert_eq!((r.info.context_limit, r.info.output_limit), (Some(200_000), Some(8192)));
+    assert_eq!(
+        (r.info.context_limit, r.info.output_limit),
+        (Some(200_000), Some(8192))
+    );
 }
 
 #[test]
@@ -76,7 +82,10 @@ fn configured_models_carry_limits_and_prices() {
     assert_eq!(r.info.prices.output, 10.0);
     assert!(m.resolve(&Models::parse("local/anything").unwrap()).is_ok());
     let e = resolve_err(&m, "nope/x");
-    assert!(e.contains("known: anthropic, local, openai, scripted"), "{e}");
+    assert!(
+        e.contains("known: anthropic, local, openai, scripted"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -98,7 +107,10 @@ fn config_mistakes_are_named() {
         err(r#"{"provider": {"openai": {"modles": {}}}}"#)
     );
     let e = err(r#"{"provider": {"x": {"api": "gemini", "base_url": "http://h"}}}"#);
-    assert!(e.contains("unknown variant `gemini`") && e.contains("openai-chat"), "{e}");
+    assert!(
+        e.contains("unknown variant `gemini`") && e.contains("openai-chat"),
+        "{e}"
+    );
     let e = err(r#"{"provider": {"x": {"base_url": "http://h"}}}"#);
     assert!(e.contains("provider.x: set \"api\""), "{e}");
     let e = err(r#"{"provider": {"x": {"api": "openai-chat"}}}"#);

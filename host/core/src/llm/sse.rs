@@ -274,7 +274,10 @@ mod tests {
         // An event name with no data dispatches nothing and does not leak.
         assert_eq!(all(b"event: e\n\ndata: d\n\n"), [ev("message", "d")]);
         // Unknown fields and retry are ignored.
-        assert_eq!(all(b"retry: 10\nfoo: bar\ndata: d\n\n"), [ev("message", "d")]);
+        assert_eq!(
+            all(b"retry: 10\nfoo: bar\ndata: d\n\n"),
+            [ev("message", "d")]
+        );
     }
 
     #[test]

@@ -241,7 +241,11 @@ mod tests {
     async fn events_split_across_pieces_come_out_whole_and_stop_ends_reading() {
         let s = from_bytes(
             "echo",
-            body(vec![b"data: a", b"b\n", b"\ndata:\n\ndata: stop\n\ndata: never\n\n"]),
+            body(vec![
+                b"data: a",
+                b"b\n",
+                b"\ndata:\n\ndata: stop\n\ndata: never\n\n",
+            ]),
             Echo,
             Duration::from_secs(5),
         );

@@ -129,7 +129,8 @@ fn assistant(content: &[AssistantContent]) -> Vec<Value> {
                 call_id,
                 name,
                 input,
-            } => blocks.push(json!({"type": "tool_use", "id": call_id, "name": name, "input": input})),
+            } => blocks
+                .push(json!({"type": "tool_use", "id": call_id, "name": name, "input": input})),
         }
     }
     blocks

@@ -104,7 +104,11 @@ fn a_stream_without_message_stop_is_truncated_and_its_tool_call_not_handed_over(
     match ev.last() {
         Some(LlmEvent::Error { error }) => {
             assert_eq!(error.kind, ErrorKind::Truncated);
-            assert!(error.message.contains("no message_stop"), "{}", error.message);
+            assert!(
+                error.message.contains("no message_stop"),
+                "{}",
+                error.message
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -137,7 +141,12 @@ fn stop_reasons_and_usage() {
             .unwrap(),
     );
     assert_eq!(
-        (cached.input, cached.cache_read, cached.cache_write, cached.output),
+        (
+            cached.input,
+            cached.cache_read,
+            cached.cache_write,
+            cached.output
+        ),
         (3, 100, 20, 9)
     );
 }

@@ -20,7 +20,11 @@ pub enum MaxTokensField {
 }
 
 /// The request body.
-pub fn body(req: &LlmRequest, field: MaxTokensField, options: Option<&Map<String, Value>>) -> Value {
+pub fn body(
+    req: &LlmRequest,
+    field: MaxTokensField,
+    options: Option<&Map<String, Value>>,
+) -> Value {
     let mut messages = Vec::new();
     let system: Vec<&str> = req
         .system
@@ -179,7 +183,11 @@ mod tests {
     fn the_whole_body() {
         let mut options = Map::new();
         options.insert("temperature".into(), json!(0));
-        let body = body(&request(), MaxTokensField::MaxCompletionTokens, Some(&options));
+        let body = body(
+            &request(),
+            MaxTokensField::MaxCompletionTokens,
+            Some(&options),
+        );
         assert_eq!(
             body,
             json!({

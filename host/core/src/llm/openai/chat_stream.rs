@@ -281,14 +281,21 @@ impl Decoder for ChatDecoder {
             return Flow::More;
         };
         if let Some(delta) = choice.get("delta") {
-            let reasoning = ["reasoning_content", "reasoning"]
-                .iter()
-                .find_map(|k| delta.get(*k).and_then(Value::as_str).filter(|s| !s.is_empty()));
+            let reasoning = ["reasoning_content", "reasoning"].iter().find_map(|k| {
+                delta
+                    .get(*k)
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+            });
             if let Some(r) = reasoning {
                 self.reasoning_delta(r, out);
             }
             for key in ["content", "refusal"] {
-                if let Some(t) = delta.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()) {
+                if let Some(t) = delta
+                    .get(key)
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                {
                     self.text_delta(t, out);
                 }
             }

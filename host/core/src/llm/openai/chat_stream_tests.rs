@@ -218,7 +218,11 @@ fn a_data_line_that_is_not_json_is_malformed() {
     assert_eq!(error_kind(&ev), Some(ErrorKind::Malformed));
     match ev.last() {
         Some(LlmEvent::Error { error }) => {
-            assert!(error.message.contains("not valid JSON"), "{}", error.message);
+            assert!(
+                error.message.contains("not valid JSON"),
+                "{}",
+                error.message
+            );
             assert!(error.message.contains("[oops"), "{}", error.message);
         }
         other => panic!("{other:?}"),

@@ -23,9 +23,17 @@ use crate::llm::stream::{Decoder, Flow, cut_short, json};
 
 #[derive(Debug)]
 enum Item {
-    Message { open: bool },
-    Reasoning { open: bool },
-    Call { call_id: String, name: String, arguments: String },
+    Message {
+        open: bool,
+    },
+    Reasoning {
+        open: bool,
+    },
+    Call {
+        call_id: String,
+        name: String,
+        arguments: String,
+    },
 }
 
 /// The decoder for one Responses stream.
@@ -162,7 +170,11 @@ impl ResponsesDecoder {
                         call_id,
                         name,
                         arguments,
-                    }) => (call_id, name, done_args.map(str::to_string).unwrap_or(arguments)),
+                    }) => (
+                        call_id,
+                        name,
+                        done_args.map(str::to_string).unwrap_or(arguments),
+                    ),
                     _ => {
                         // Never announced: announce it now.
                         let call_id = str_of(item, "call_id").to_string();
@@ -218,7 +230,11 @@ impl ResponsesDecoder {
             Some("failed" | "cancelled") => FinishReason::Error,
             _ => FinishReason::Unknown,
         };
-        let usage = usage(response.and_then(|r| r.get("usage")).filter(|u| u.is_object()));
+        let usage = usage(
+            response
+                .and_then(|r| r.get("usage"))
+                .filter(|u| u.is_object()),
+        );
         out.push(LlmEvent::FinishStep {
             reason,
             raw_reason: status,
@@ -226,7 +242,10 @@ impl ResponsesDecoder {
         });
         if reason == FinishReason::Error {
             let error = self.error.take().unwrap_or_else(|| {
-                match response.and_then(|r| r.get("error")).filter(|e| !e.is_null()) {
+                match response
+                    .and_then(|r| r.get("error"))
+                    .filter(|e| !e.is_null())
+                {
                     Some(e) => failure::in_band(&self.provider, &json!({"error": e})),
                     None => failure::in_band(
                         &self.provider,
@@ -398,8 +417,10 @@ mod tests {
 
     #[test]
     fn a_failed_response_without_an_error_event_uses_its_own_error() {
-        let ev = run(&[json!({"type": "response.failed", "response": {"status": "failed",
-            "error": {"code": "server_error", "message": "The server had an error"}}})]);
+        let ev = run(&[
+            json!({"type": "response.failed", "response": {"status": "failed",
+            "error": {"code": "server_error", "message": "The server had an error"}}}),
+        ]);
         match ev.last() {
             Some(LlmEvent::Error { error }) => {
                 assert_eq!(error.kind, ErrorKind::Server);
@@ -425,6 +446,8 @@ mod tests {
             metadata: Some(json!({"openai": {"item_id": "rs_1", "encrypted_content": "ENC"}}))
         }));
         assert_eq!(ev[ev.len() - 2], LlmEvent::TextEnd { id: "m1".into() });
-        assert!(matches!(ev.last(), Some(LlmEvent::Error { error }) if error.kind == ErrorKind::Truncated));
+        assert!(
+            matches!(ev.last(), Some(LlmEvent::Error { error }) if error.kind == ErrorKind::Truncated)
+        );
     }
 }
