@@ -4,9 +4,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod mock_provider;
 
 mod bad_input;
 mod cli;
+mod conformance;
 mod crash;
 mod loop_rules;
 mod read_tool;
