@@ -11,4 +11,6 @@ mod cli;
 mod conformance;
 mod crash;
 mod loop_rules;
+mod provider_faults;
+mod providers;
 mod read_tool;
