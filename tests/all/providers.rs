@@ -326,3 +326,20 @@ fn a_bad_provider_config_is_refused_with_its_path() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_readme_provider_config_is_valid() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let section = readme.split("### Real providers").nth(1).unwrap();
+    let block = section
+        .split("```json\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .unwrap();
+    let config = warden_core::Config::parse(block).unwrap_or_else(|e| panic!("{e}\n{block}"));
+    assert_eq!(
+        config.provider.keys().collect::<Vec<_>>(),
+        ["gateway", "lab", "ollama", "openai"]
+    );
+}
