@@ -34,7 +34,7 @@ const ERRORS: &[(&str, ErrorKind, Option<u16>, &str)] = &[
         "groq/midstream-error-event",
         ErrorKind::BadRequest,
         Some(400),
-        "conf: Tool call validation failed: tool call validation failed: parameters for tool get_something_by_name did not match schema: errors: [missing properties: 'name', additionalProperties 'invalid_param' not allowed] (invalid_request_error)",
+        "conf: Tool call validation failed: tool call validation failed: parameters for tool get_something_by_name did not match schema: errors: [missing properties: 'name', additionalProperties 'invalid_param' not allowed] (tool_use_failed)",
     ),
     (
         "openrouter/midstream-error-with-comments",

@@ -112,7 +112,10 @@ fn a_429_waits_as_long_as_retry_after_says_then_succeeds() {
     let r = retries(&run);
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!(r[0].0, 1);
-    assert_eq!(r[0].1, "openai: Rate limit reached for requests (HTTP 429)");
+    assert_eq!(
+        r[0].1,
+        "openai: Rate limit reached for requests (rate_limit_exceeded) (HTTP 429)"
+    );
     // The wait came from retry-after (1 s), not the 10 ms backoff: the next
     // attempt was scheduled at least a second after the step began.
     let msgs = env.ledger().messages(&run.session()).unwrap();
@@ -400,4 +403,52 @@ fn an_anthropic_overloaded_event_mid_stream_is_retried() {
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].1, "anthropic: Overloaded (overloaded_error)");
     assert_eq!(server.received().len(), 2);
+}
+
+#[test]
+fn a_context_overflow_is_not_retried_and_is_recorded_as_such() {
+    let server = MockProvider::start(vec![Reply::json(
+        400,
+        json!({"error": {"message": "This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.",
+                         "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+        &[],
+    )]);
+    let env = setup(&server, json!({}));
+    let run = run(&env);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert!(retries(&run).is_empty());
+    assert_eq!(server.received().len(), 1);
+    let msgs = env.ledger().messages(&run.session()).unwrap();
+    assert!(
+        matches!(
+            error_of(assistants(&msgs)[0]),
+            Some(MessageError::ContextOverflow { ref message })
+                if message.contains("maximum context length is 128000 tokens")
+                    && message.ends_with("the conversation is longer than the model's context window")
+        ),
+        "{:?}",
+        error_of(assistants(&msgs)[0])
+    );
+}
+
+#[test]
+fn a_refused_key_says_which_variable_to_check() {
+    let server = MockProvider::start(vec![Reply::json(
+        401,
+        json!({"error": {"message": "Incorrect API key provided: sk-wrong.", "type": "invalid_request_error", "code": "invalid_api_key"}}),
+        &[],
+    )]);
+    let env = setup(&server, json!({"api_key_env": "WARDEN_TEST_KEY"}));
+    let run = run_model(
+        &env,
+        "openai/gpt-test",
+        "hi",
+        &[("WARDEN_TEST_KEY", "sk-wrong")],
+    );
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert!(retries(&run).is_empty(), "a refused key is not retried");
+    assert_eq!(
+        run.finished()["error"],
+        "openai: Incorrect API key provided: sk-wrong. (invalid_api_key); check the key in $WARDEN_TEST_KEY and the account's access"
+    );
 }

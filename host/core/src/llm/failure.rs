@@ -34,7 +34,8 @@ pub fn is_context_overflow(text: &str) -> bool {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Described {
     pub message: String,
-    pub code: Option<String>,
+    /// The error's names, most specific first: its `code`, then its `type`.
+    pub codes: Vec<String>,
     pub status: Option<u16>,
 }
 
@@ -70,10 +71,14 @@ pub fn describe(body: &Value) -> Option<Described> {
             None => format!("{message}: {raw}"),
         };
     }
-    let code = [obj.get("type"), obj.get("code")]
-        .into_iter()
-        .flatten()
-        .find_map(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_string));
+    let mut codes: Vec<String> = Vec::new();
+    for v in [obj.get("code"), obj.get("type")].into_iter().flatten() {
+        if let Some(c) = v.as_str().filter(|c| !c.is_empty())
+            && !codes.iter().any(|x| x == c)
+        {
+            codes.push(c.to_string());
+        }
+    }
     let status = [obj.get("status_code"), obj.get("code"), obj.get("status")]
         .into_iter()
         .flatten()
@@ -81,7 +86,7 @@ pub fn describe(body: &Value) -> Option<Described> {
         .and_then(|n| u16::try_from(n).ok());
     Some(Described {
         message,
-        code,
+        codes,
         status,
     })
 }
@@ -131,27 +136,36 @@ pub fn kind_for_status(status: u16) -> ErrorKind {
     }
 }
 
-/// Decide the kind from everything known. A code the provider names wins
-/// over a status, except that a 5xx/429 status is never made permanent by a
-/// vague code, and any 4xx that talks about the context window is an overflow.
+/// Decide the kind from everything known, in this order: an account that
+/// is refused (by code, or 401/403) stays refused whatever else is said; a
+/// request that overflows the context says so in its code or message; a
+/// status that says "try again" (429, 5xx) is not made permanent by a vague
+/// code, though a more precise retryable code (overloaded) refines it;
+/// otherwise a known code wins over the status.
 fn classify(status: Option<u16>, d: &Described) -> ErrorKind {
-    let by_code = d.code.as_deref().and_then(kind_for_code);
+    let by_code: Vec<ErrorKind> = d.codes.iter().filter_map(|c| kind_for_code(c)).collect();
     let by_status = status.map(kind_for_status);
-    let mut kind = match (by_code, by_status) {
-        // Quota exhaustion arrives as a 429 but is not cured by waiting.
-        (Some(ErrorKind::Auth), _) => ErrorKind::Auth,
-        (Some(c), Some(s)) if retryable(s) && !retryable(c) => s,
-        (Some(c), _) => c,
-        (None, Some(s)) => s,
-        (None, None) => ErrorKind::Other,
-    };
-    if matches!(kind, ErrorKind::BadRequest | ErrorKind::Other)
-        && (is_context_overflow(&d.message) || d.code.as_deref().is_some_and(is_context_overflow))
-    {
-        kind = ErrorKind::ContextOverflow;
+    let has = |k: ErrorKind| by_code.contains(&k);
+    if has(ErrorKind::Auth) || by_status == Some(ErrorKind::Auth) {
+        return ErrorKind::Auth;
     }
+    let overflow = has(ErrorKind::ContextOverflow)
+        || is_context_overflow(&d.message)
+        || d.codes.iter().any(|c| is_context_overflow(c));
+    if overflow && !by_status.is_some_and(retryable) {
+        return ErrorKind::ContextOverflow;
+    }
+    let kind = match (by_code.iter().copied().find(|k| retryable(*k)), by_status) {
+        (Some(c), Some(s)) if retryable(s) => c,
+        (_, Some(s)) if retryable(s) => s,
+        _ => by_code
+            .first()
+            .copied()
+            .or(by_status)
+            .unwrap_or(ErrorKind::Other),
+    };
     if kind == ErrorKind::Server && d.message.to_lowercase().contains("overloaded") {
-        kind = ErrorKind::Overloaded;
+        return ErrorKind::Overloaded;
     }
     kind
 }
@@ -206,7 +220,7 @@ pub fn from_response(
 
 fn compose(provider: &str, d: &Described, kind: ErrorKind, key_env: Option<&str>) -> String {
     let mut m = format!("{provider}: {}", d.message);
-    if let Some(code) = &d.code
+    if let Some(code) = d.codes.first()
         && !d.message.contains(code.as_str())
     {
         m.push_str(&format!(" ({code})"));
@@ -311,6 +325,22 @@ mod tests {
             ),
             ErrorKind::Auth,
             "an empty quota is not cured by waiting"
+        );
+        // OpenAI's refused key: type invalid_request_error, code invalid_api_key, HTTP 401.
+        assert_eq!(
+            k(
+                401,
+                r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}"#
+            ),
+            ErrorKind::Auth
+        );
+        assert_eq!(
+            k(
+                403,
+                r#"{"error":{"message":"no","type":"invalid_request_error"}}"#
+            ),
+            ErrorKind::Auth,
+            "the status says refused whatever the type"
         );
         // A vague code never makes a 503 permanent.
         assert_eq!(
