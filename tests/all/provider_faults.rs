@@ -240,7 +240,10 @@ fn a_connection_cut_mid_stream_is_retried_and_what_was_written_stays_once() {
     );
     assert_tool_step_once(&env, &run);
     // The cut attempt's text was streamed into the ledger and stays there,
-    // closed; the retry's answer follows it, once.
+    // closed, as its own part; the retry's answer follows it, once. (The
+    // processor keeps a failed attempt's parts, as OpenCode's does, so the
+    // model is later shown both; whether to hide superseded parts is the
+    // session loop's call, not an adapter's.)
     let msgs = env.ledger().messages(&run.session()).unwrap();
     let last = assistants(&msgs)[1];
     assert_eq!(texts(last), ["Your notes ", ANSWER]);
