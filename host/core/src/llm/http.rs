@@ -16,7 +16,7 @@ use super::failure;
 const MAX_ERROR_BODY: usize = 1024 * 1024;
 
 /// Where and how to reach one provider.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct EndpointSettings {
     /// The provider's name, used in every message.
     pub provider: String,
@@ -31,6 +31,34 @@ pub struct EndpointSettings {
     /// How long the server may stay silent: before its response headers, and
     /// between two pieces of a stream.
     pub idle_timeout: Duration,
+}
+
+/// Keys stay out of logs and panics: secret header values are not printed.
+impl std::fmt::Debug for EndpointSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: Vec<(&str, &str)> = self
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str(),
+                    if is_secret(k) {
+                        "<redacted>"
+                    } else {
+                        v.as_str()
+                    },
+                )
+            })
+            .collect();
+        f.debug_struct("EndpointSettings")
+            .field("provider", &self.provider)
+            .field("base_url", &self.base_url)
+            .field("headers", &headers)
+            .field("key_env", &self.key_env)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .finish()
+    }
 }
 
 /// A provider's endpoint with its HTTP client.
@@ -233,5 +261,49 @@ pub fn seconds(d: Duration) -> String {
         format!("{}s", d.as_secs())
     } else {
         format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_not_printed() {
+        let s = EndpointSettings {
+            provider: "p".into(),
+            base_url: "http://127.0.0.1:1".into(),
+            headers: vec![
+                ("authorization".into(), "Bearer sk-secret".into()),
+                ("x-api-key".into(), "sk-secret".into()),
+                ("x-team".into(), "infra".into()),
+            ],
+            key_env: None,
+            connect_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(1),
+        };
+        let shown = format!("{:?}", Endpoint::new(s).unwrap());
+        assert!(!shown.contains("sk-secret"), "{shown}");
+        assert!(shown.contains("infra"), "{shown}");
+    }
+
+    #[test]
+    fn urls_join_and_bad_ones_are_refused() {
+        let mk = |base: &str| {
+            Endpoint::new(EndpointSettings {
+                provider: "p".into(),
+                base_url: base.into(),
+                headers: vec![],
+                key_env: None,
+                connect_timeout: Duration::from_secs(1),
+                idle_timeout: Duration::from_secs(1),
+            })
+        };
+        assert_eq!(
+            mk("http://h:1/v1/").unwrap().url("/chat/completions"),
+            "http://h:1/v1/chat/completions"
+        );
+        assert!(mk("ftp://h").unwrap_err().contains("http:// or https://"));
+        assert!(mk("h:1").is_err());
     }
 }
