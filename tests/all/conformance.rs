@@ -432,7 +432,7 @@ fn compare(
         // Anthropic streams no raw argument text worth comparing: only the parsed input is recorded.
         got_calls = strip(&got_calls, &["arguments_raw"]);
     } else if protocol == "openai-chat-completions" {
-        // Calls are handed over in index order; the index is their position.
+        // The decoder hands calls over sorted by index, so the index is their position.
         for (i, c) in got_calls.as_array_mut().unwrap().iter_mut().enumerate() {
             c["index"] = json!(i);
         }

@@ -191,6 +191,8 @@ impl ChatDecoder {
         self.start(out);
         self.close_text(out);
         self.close_reasoning(out);
+        // Handed over in index order, whatever order their deltas came in.
+        self.calls.sort_by_key(|c| c.index.unwrap_or(u64::MAX));
         for call in &mut self.calls {
             if call.id.is_empty() {
                 call.id = synthetic_id();

@@ -166,8 +166,8 @@ fn arguments_before_the_name_wait_for_it_and_parallel_calls_stay_apart() {
     assert_eq!(
         calls(&ev),
         [
-            ("c1".into(), "g".into(), r#"{"b":2}"#.into()),
             ("c0".into(), "f".into(), r#"{"a":1}"#.into()),
+            ("c1".into(), "g".into(), r#"{"b":2}"#.into()),
         ]
     );
     assert!(ev.contains(&LlmEvent::ToolInputDelta {
