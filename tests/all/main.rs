@@ -4,13 +4,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod mock_provider;
 
 mod bad_input;
 mod builtin_tools;
 mod cli;
+mod conformance;
 mod crash;
 mod hooks;
 mod loop_rules;
+mod provider_faults;
+mod providers;
 mod read_tool;
 mod runtime;
 mod sandbox;

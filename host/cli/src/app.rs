@@ -64,7 +64,7 @@ pub async fn build(common: &Common, dir: &Path) -> Result<App> {
     let core = Core::new(
         ledger,
         host.clone(),
-        Arc::new(Models::new()),
+        Arc::new(Models::from_config(&config)),
         config,
         CoreOptions::default(),
     )?;

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::llm::providers::ProviderConfig;
 use crate::llm::retry::RetryPolicy;
 
 /// The whole config file.
@@ -45,6 +46,9 @@ pub struct Config {
     /// Grants for the built-in tools, by tool name, replacing their defaults.
     #[serde(default)]
     pub builtin_grants: BTreeMap<String, Grants>,
+    /// Model providers by name (see [`crate::llm::providers`]).
+    #[serde(default)]
+    pub provider: BTreeMap<String, ProviderConfig>,
     /// How model failures are retried.
     #[serde(default)]
     pub retry: Option<RetryPolicy>,
@@ -214,6 +218,10 @@ impl Config {
             if agent.steps == Some(0) {
                 return Err(format!("agent.{name}.steps must be at least 1"));
             }
+        }
+        for (name, p) in &config.provider {
+            crate::llm::providers::validate(name, p)
+                .map_err(|e| format!("provider.{name}: {e}"))?;
         }
         let mut names = std::collections::BTreeSet::new();
         for p in &config.plugins {

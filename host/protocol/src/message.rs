@@ -177,6 +177,7 @@ impl MessageWithParts {
             if let crate::PartBody::Text {
                 text,
                 synthetic: false,
+                ignored: false,
                 ..
             } = &p.body
             {

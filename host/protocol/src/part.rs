@@ -32,6 +32,10 @@ pub enum PartBody {
         synthetic: bool,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         time: Option<TextTime>,
+        /// Streamed by an attempt that failed and was retried: kept in the
+        /// ledger, never shown to the model again.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        ignored: bool,
     },
     /// The model's reasoning (thinking), kept apart from the answer.
     Reasoning {
@@ -41,6 +45,9 @@ pub enum PartBody {
         metadata: Option<Value>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         time: Option<TextTime>,
+        /// As for text: from a failed attempt, not shown to the model again.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        ignored: bool,
     },
     /// One tool call and its state.
     Tool {

@@ -612,6 +612,7 @@ mod tests {
                         text: format!("{n}"),
                         synthetic: false,
                         time: None,
+                        ignored: false,
                     },
                 };
                 l.put_part(&part, PartWrite::Changed).unwrap();

@@ -3,9 +3,23 @@
 //! A [`Provider`] turns one [`LlmRequest`] into a stream of [`LlmEvent`]s;
 //! the processor consumes that stream and never sees a wire protocol. The
 //! [`scripted`] provider replays a cassette, for the offline demo and tests.
+//!
+//! The real adapters speak HTTP: [`openai`] (Chat Completions, also for
+//! compatible local servers, and the Responses API) and [`anthropic`]
+//! (Messages). Each is a request builder plus a stream [`stream::Decoder`]
+//! over [`sse`] events; [`http`] and [`failure`] hold what they share (the
+//! client, timeouts, HTTP errors and retry-after). [`providers`] reads them
+//! from the config.
 
+pub mod anthropic;
+pub mod failure;
+pub mod http;
+pub mod openai;
+pub mod providers;
 pub mod retry;
 pub mod scripted;
+pub mod sse;
+pub mod stream;
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -15,6 +29,7 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use warden_protocol::{LlmEvent, LlmRequest, ModelRef, ProviderError, Tokens};
 
+use crate::config::Config;
 use crate::error::{CoreError, Result};
 
 /// The events of one model request.
@@ -31,6 +46,7 @@ pub trait Provider: Send + Sync {
 
 /// Prices in dollars per million tokens.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Prices {
     #[serde(default)]
     pub input: f64,
@@ -93,6 +109,27 @@ impl Models {
     pub fn new() -> Self {
         let m = Models::default();
         m.register("scripted", Arc::new(scripted::resolve));
+        m
+    }
+
+    /// A resolver for everything the config can name: `scripted`, the
+    /// built-in `openai` and `anthropic` (which work from environment
+    /// variables alone), and every provider in the config's `provider` table.
+    pub fn from_config(config: &Config) -> Self {
+        Self::from_config_with_env(config, providers::process_env())
+    }
+
+    /// [`Models::from_config`], reading environment variables through `env`.
+    pub fn from_config_with_env(config: &Config, env: providers::EnvLookup) -> Self {
+        let m = Models::new();
+        let mut names: Vec<&str> = vec!["openai", "anthropic"];
+        names.extend(config.provider.keys().map(String::as_str));
+        for name in names {
+            m.register(
+                name,
+                providers::factory(name, config.provider.get(name), env.clone()),
+            );
+        }
         m
     }
 

@@ -193,6 +193,7 @@ pub(crate) async fn process(
                 text: CONTINUE.into(),
                 synthetic: true,
                 time: None,
+                ignored: false,
             },
         };
         core.ledger.put_part(&part, PartWrite::Changed)?;

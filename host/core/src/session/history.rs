@@ -124,12 +124,19 @@ pub fn to_chat(msgs: &[MessageWithParts]) -> Vec<ChatMessage> {
                 let mut results = Vec::new();
                 for p in &m.parts {
                     match &p.body {
-                        PartBody::Text { text, .. } if !text.is_empty() => {
+                        PartBody::Text {
+                            text,
+                            ignored: false,
+                            ..
+                        } if !text.is_empty() => {
                             content.push(AssistantContent::Text { text: text.clone() })
                         }
-                        PartBody::Reasoning { text, metadata, .. }
-                            if !text.is_empty() || metadata.is_some() =>
-                        {
+                        PartBody::Reasoning {
+                            text,
+                            metadata,
+                            ignored: false,
+                            ..
+                        } if !text.is_empty() || metadata.is_some() => {
                             content.push(AssistantContent::Reasoning {
                                 text: text.clone(),
                                 metadata: metadata.clone(),
@@ -219,6 +226,7 @@ mod tests {
                 text: t.into(),
                 synthetic: false,
                 time: None,
+                ignored: false,
             },
         }
     }

@@ -273,6 +273,7 @@ impl Core {
                 text: input.text.clone(),
                 synthetic: false,
                 time: None,
+                ignored: false,
             },
         };
         self.inner.ledger.put_part(&part, PartWrite::Changed)?;

@@ -91,6 +91,8 @@ pub(crate) struct Processor<'a> {
     /// Tool parts of this message, in the order they began.
     calls: Vec<Part>,
     streamed: HashMap<String, Streamed>,
+    /// Text and reasoning parts finished during the current attempt.
+    attempt_parts: Vec<Part>,
     tasks: JoinSet<()>,
     in_flight: usize,
     feedback: mpsc::UnboundedSender<Feedback>,
@@ -124,6 +126,7 @@ impl<'a> Processor<'a> {
             cancel,
             calls: Vec::new(),
             streamed: HashMap::new(),
+            attempt_parts: Vec::new(),
             tasks: JoinSet::new(),
             in_flight: 0,
             feedback,
@@ -157,8 +160,11 @@ impl<'a> Processor<'a> {
             match r {
                 Err(Halt::Provider(e)) => match self.core.retry.delay(attempt, &e) {
                     Some(wait) => {
-                        // What the failed attempt left half-streamed is closed before the next one.
+                        // What the failed attempt streamed is closed and set aside
+                        // (kept, but never shown to the model), so the retry's
+                        // answer is not preceded by a fragment of itself.
                         self.close_streamed()?;
+                        self.ignore_attempt()?;
                         self.interrupt_calls(
                             true,
                             "the model's stream failed before the call was complete",
@@ -761,12 +767,14 @@ impl<'a> Processor<'a> {
                 text: String::new(),
                 metadata: None,
                 time,
+                ignored: false,
             }
         } else {
             PartBody::Text {
                 text: String::new(),
                 synthetic: false,
                 time,
+                ignored: false,
             }
         };
         let part = self.write_new(body)?;
@@ -819,6 +827,20 @@ impl<'a> Processor<'a> {
             _ => {}
         }
         self.core.ledger.put_part(&s.part, PartWrite::Changed)?;
+        self.attempt_parts.push(s.part);
+        Ok(())
+    }
+
+    /// Mark the text and reasoning of the failed attempt as ignored.
+    fn ignore_attempt(&mut self) -> Result<()> {
+        for mut part in std::mem::take(&mut self.attempt_parts) {
+            if let PartBody::Text { ignored, .. } | PartBody::Reasoning { ignored, .. } =
+                &mut part.body
+            {
+                *ignored = true;
+            }
+            self.core.ledger.put_part(&part, PartWrite::Changed)?;
+        }
         Ok(())
     }
 
