@@ -18,3 +18,4 @@ mod providers;
 mod read_tool;
 mod runtime;
 mod sandbox;
+mod server;

@@ -35,6 +35,8 @@ use crate::tool::call::{self, CallEnv, CallOutcome, CallRequest};
 
 /// The last this many tool calls identical → ask `doom_loop`.
 const DOOM_LOOP_THRESHOLD: usize = 3;
+/// Said of tool calls an abort stopped.
+const ABORTED: &str = "the session was aborted before the call finished";
 /// Streamed text is written to the ledger at most this often (and at its end).
 const FLUSH_EVERY: Duration = Duration::from_millis(50);
 
@@ -194,8 +196,11 @@ impl<'a> Processor<'a> {
 
         let cleanup_reason = match result {
             Ok(()) => {
-                self.drain(&mut rx).await?;
-                "the model's stream ended before the call was complete"
+                if self.drain(&mut rx).await? {
+                    ABORTED
+                } else {
+                    "the model's stream ended before the call was complete"
+                }
             }
             Err(Halt::Provider(e)) => {
                 self.drain(&mut rx).await?;
@@ -223,7 +228,7 @@ impl<'a> Processor<'a> {
                 self.info.error = Some(MessageError::Aborted {
                     message: "the session was cancelled".into(),
                 });
-                "the session was aborted before the call finished"
+                ABORTED
             }
             Err(Halt::Core(e)) => {
                 self.tasks.abort_all();
@@ -286,20 +291,21 @@ impl<'a> Processor<'a> {
         Ok(())
     }
 
-    /// Wait for the tool calls still running.
-    async fn drain(&mut self, rx: &mut mpsc::UnboundedReceiver<Feedback>) -> Result<()> {
+    /// Wait for the tool calls still running; `true` if the session was
+    /// cancelled meanwhile (the calls are then stopped).
+    async fn drain(&mut self, rx: &mut mpsc::UnboundedReceiver<Feedback>) -> Result<bool> {
         while self.in_flight > 0 {
             tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => {
                     self.tasks.abort_all();
                     self.info.error.get_or_insert(MessageError::Aborted { message: "the session was cancelled".into() });
-                    return Ok(());
+                    return Ok(true);
                 }
                 Some(fb) = rx.recv() => self.apply(fb)?,
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     async fn handle(&mut self, ev: LlmEvent) -> Result<(), Halt> {

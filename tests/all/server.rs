@@ -1,0 +1,758 @@
+//! `warden serve` through a real HTTP client on 127.0.0.1: sessions driven
+//! over HTTP, the event stream in order, permission answers, many prompts
+//! and sessions at once, aborts, bad requests, tokens, and two servers
+//! sharing one ledger.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use warden_core::llm::sse::SseParser;
+use warden_protocol::ToolState;
+
+use crate::common::*;
+
+/// A running `warden serve`; killed when dropped.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn start(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Server {
+        let mut args = vec!["serve", "--port", "0"];
+        args.extend_from_slice(extra);
+        let mut cmd = env.warden(&args);
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let base = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_string();
+        Server { child, base }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap()
+}
+
+async fn send(c: &reqwest::Client, method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
+    let mut req = c.request(method.parse().unwrap(), url);
+    if let Some(b) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(b.to_string());
+    }
+    let res = req.send().await.unwrap();
+    let status = res.status().as_u16();
+    let text = res.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Subscribe to `/event` and forward each event's JSON data.
+async fn subscribe(url: String) -> mpsc::UnboundedReceiver<Value> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let res = client().get(&url).send().await.unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    let mut stream = res.bytes_stream();
+    tokio::spawn(async move {
+        let mut parser = SseParser::new();
+        while let Some(Ok(chunk)) = stream.next().await {
+            for e in parser.push(&chunk).unwrap() {
+                if let Ok(v) = serde_json::from_str::<Value>(&e.data) {
+                    let _ = tx.send(v);
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// Read events until one matches, returning everything read.
+async fn until(
+    rx: &mut mpsc::UnboundedReceiver<Value>,
+    pred: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    let mut seen = Vec::new();
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+            .await
+            .expect("the event came in time")
+            .expect("the stream stayed open");
+        let done = pred(&e);
+        seen.push(e);
+        if done {
+            return seen;
+        }
+    }
+}
+
+fn is_idle(e: &Value) -> bool {
+    e["type"] == "session.status" && e["status"]["type"] == "idle"
+}
+
+fn model(env: &Env) -> String {
+    format!(
+        "scripted:{}",
+        env.root.path().join("cassette.json").display()
+    )
+}
+
+async fn new_session(c: &reqwest::Client, s: &Server, env: &Env) -> String {
+    let (status, body) = send(
+        c,
+        "POST",
+        &s.url("/session"),
+        Some(json!({"directory": env.project().display().to_string()})),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    body["id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_driven_over_http_streams_every_state_in_order() {
+    let env = Env::new();
+    env.file("package.json", r#"{"scripts": {"build": "tsc"}}"#);
+    env.cassette(json!([
+        {"tool_calls": [{"id": "call_1", "name": "read", "arguments": {"filePath": "package.json"}}]},
+        {"text": "One script: build."}
+    ]));
+    let s = Server::start(&env, &[], &[]);
+    let c = client();
+    let (status, health) = send(&c, "GET", &s.url("/health"), None).await;
+    assert_eq!((status, health["ok"].clone()), (200, json!(true)));
+    let id = new_session(&c, &s, &env).await;
+    let mut events = subscribe(s.url(&format!("/event?session={id}"))).await;
+    let first = until(&mut events, |_| true).await;
+    assert_eq!(first[0]["type"], "server.connected");
+
+    let (status, answer) = send(
+        &c,
+        "POST",
+        &s.url(&format!("/session/{id}/message")),
+        Some(json!({"text": "which scripts?", "model": model(&env)})),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["info"]["role"], "assistant");
+    assert_eq!(answer["parts"][1]["text"], "One script: build.");
+
+    let seen = until(&mut events, is_idle).await;
+    assert!(seen.iter().all(|e| e["session_id"] == id.as_str()
+        || e["part"]["session_id"] == id.as_str()
+        || e["info"]["session_id"] == id.as_str()));
+    let states: Vec<String> = seen
+        .iter()
+        .filter(|e| e["type"] == "part.updated" && e["part"]["type"] == "tool")
+        .map(|e| e["part"]["state"]["status"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(states, ["pending", "running", "completed"]);
+    let statuses: Vec<&str> = seen
+        .iter()
+        .filter(|e| e["type"] == "session.status")
+        .map(|e| e["status"]["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["busy", "idle"]);
+    // The tool completed before the answer's text was written.
+    let completed = seen
+        .iter()
+        .position(|e| e["part"]["state"]["status"] == "completed")
+        .unwrap();
+    let answer_text = seen
+        .iter()
+        .position(|e| e["part"]["text"] == "One script: build.")
+        .unwrap();
+    assert!(completed < answer_text);
+
+    // A late client reads the same state from REST.
+    let (status, msgs) = send(&c, "GET", &s.url(&format!("/session/{id}/message")), None).await;
+    assert_eq!(status, 200);
+    let roles: Vec<&str> = msgs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["info"]["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "assistant"]);
+    let (_, view) = send(&c, "GET", &s.url(&format!("/session/{id}")), None).await;
+    assert_eq!(view["status"]["type"], "idle");
+
+    // The OpenAPI document describes what is served.
+    let (status, doc) = send(&c, "GET", &s.url("/doc"), None).await;
+    assert_eq!(status, 200);
+    for path in [
+        "/session",
+        "/session/{id}/message",
+        "/session/{id}/prompt_async",
+        "/session/{id}/abort",
+        "/event",
+        "/permission/{id}",
+        "/plugin",
+    ] {
+        assert!(doc["paths"].get(path).is_some(), "{path} missing from /doc");
+    }
+    assert!(
+        doc["components"]["schemas"]
+            .get("MessageWithParts")
+            .is_some()
+    );
+    assert!(doc["components"]["schemas"].get("ToolState").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_ask_answered_over_http_decides_the_call() {
+    let env = Env::new();
+    env.file("a.txt", "alpha\n");
+    env.config(json!({"permission": {"read": "ask"}}));
+    env.cassette(json!([
+        {"tool_calls": [{"id": "c1", "name": "read", "arguments": {"filePath": "a.txt"}}]},
+        {"text": "read it"},
+        {"tool_calls": [{"id": "c2", "name": "read", "arguments": {"filePath": "a.txt"}}]},
+        {"text": "never"}
+    ]));
+    let s = Server::start(&env, &[], &[]);
+    let c = client();
+    let id = new_session(&c, &s, &env).await;
+    let mut events = subscribe(s.url(&format!("/event?session={id}"))).await;
+
+    for (reply, expect) in [("once", "completed"), ("reject", "error")] {
+        let (status, _) = send(
+            &c,
+            "POST",
+            &s.url(&format!("/session/{id}/prompt_async")),
+            Some(json!({"text": "read a.txt", "model": model(&env)})),
+        )
+        .await;
+        assert_eq!(status, 202);
+        let seen = until(&mut events, |e| e["type"] == "permission.asked").await;
+        let ask = &seen.last().unwrap()["request"];
+        assert_eq!(
+            (ask["permission"].as_str(), ask["patterns"][0].as_str()),
+            (Some("read"), Some("a.txt"))
+        );
+        let (_, pending) = send(
+            &c,
+            "GET",
+            &s.url(&format!("/permission?session={id}")),
+            None,
+        )
+        .await;
+        assert_eq!(pending.as_array().unwrap().len(), 1);
+        let rid = ask["id"].as_str().unwrap();
+        let (status, _) = send(
+            &c,
+            "POST",
+            &s.url(&format!("/permission/{rid}")),
+            Some(json!({"reply": reply})),
+        )
+        .await;
+        assert_eq!(status, 200);
+        let seen = until(&mut events, is_idle).await;
+        let last_state = seen
+            .iter()
+            .rev()
+            .find(|e| e["type"] == "part.updated" && e["part"]["type"] == "tool")
+            .unwrap()["part"]["state"]
+            .clone();
+        assert_eq!(last_state["status"], expect, "{reply}: {last_state}");
+        if reply == "reject" {
+            assert!(
+                last_state["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("the user rejected it"),
+                "{last_state}"
+            );
+        }
+        // An answered ask is gone; answering it again is a 404.
+        let (status, err) = send(
+            &c,
+            "POST",
+            &s.url(&format!("/permission/{rid}")),
+            Some(json!({"reply": "once"})),
+        )
+        .await;
+        assert_eq!(status, 404);
+        assert_eq!(err["error"]["code"], "not_found");
+    }
+    assert_eq!(env.requests().len(), 3, "the rejection stopped the loop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_prompts_on_one_session_are_answered_in_order() {
+    let env = Env::new();
+    let turns: Vec<Value> = (1..=50)
+        .map(|n| json!({"text": format!("answer {n}")}))
+        .collect();
+    env.cassette(json!(turns));
+    let s = Server::start(&env, &[], &[]);
+    let c = client();
+    let id = new_session(&c, &s, &env).await;
+    let url = s.url(&format!("/session/{id}/message"));
+    let m = model(&env);
+    let replies = futures::future::join_all((1..=50).map(|k| {
+        let (c, url, m) = (c.clone(), url.clone(), m.clone());
+        async move {
+            let (status, body) = send(
+                &c,
+                "POST",
+                &url,
+                Some(json!({"text": format!("prompt {k}"), "model": m})),
+            )
+            .await;
+            assert_eq!(status, 200, "{body}");
+            (k, body["parts"][1]["text"].as_str().unwrap().to_string())
+        }
+    }))
+    .await;
+    // The ledger alternates prompt, answer; the n-th prompt handled got answer n.
+    let msgs = env
+        .ledger()
+        .messages(&warden_protocol::SessionId(id))
+        .unwrap();
+    assert_eq!(msgs.len(), 100);
+    let mut order = Vec::new();
+    for (i, pair) in msgs.chunks(2).enumerate() {
+        assert_eq!(pair[0].info.role(), "user");
+        assert_eq!(pair[1].info.role(), "assistant");
+        assert_eq!(pair[1].text(), format!("answer {}", i + 1));
+        order.push(pair[0].text());
+    }
+    // And each caller got the answer to its own prompt.
+    for (k, answer) in replies {
+        let position = order
+            .iter()
+            .position(|t| t == &format!("prompt {k}"))
+            .unwrap();
+        assert_eq!(answer, format!("answer {}", position + 1), "prompt {k}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_sessions_at_once_all_complete() {
+    let env = Env::new();
+    env.file("a.txt", "alpha\n");
+    env.cassette(json!([
+        {"tool_calls": [{"id": "c1", "name": "read", "arguments": {"filePath": "a.txt"}}]},
+        {"text": "done"}
+    ]));
+    let s = Server::start(&env, &[], &[]);
+    let c = client();
+    let mut ids = Vec::new();
+    for _ in 0..200 {
+        ids.push(new_session(&c, &s, &env).await);
+    }
+    let m = model(&env);
+    let answers = futures::future::join_all(ids.iter().map(|id| {
+        let (c, url, m) = (
+            c.clone(),
+            s.url(&format!("/session/{id}/message")),
+            m.clone(),
+        );
+        async move {
+            send(
+                &c,
+                "POST",
+                &url,
+                Some(json!({"text": "read a.txt", "model": m})),
+            )
+            .await
+        }
+    }))
+    .await;
+    for (status, body) in &answers {
+        assert_eq!(*status, 200, "{body}");
+        assert_eq!(body["parts"][1]["text"], "done");
+    }
+    let ledger = env.ledger();
+    for id in &ids {
+        let msgs = ledger
+            .messages(&warden_protocol::SessionId(id.clone()))
+            .unwrap();
+        let calls = tool_parts(&msgs);
+        assert_eq!(calls.len(), 1);
+        assert!(matches!(calls[0].1, ToolState::Completed { .. }));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_stops_a_running_guest_and_the_next_prompt_works() {
+    let env = Env::new();
+    env.config(json!({"plugins": [Env::fixtures_plugin(json!({"timeout_ms": 60000, "dirs": [{"path": ".", "mode": "rw"}]}))]}));
+    let mark = env.project().join("kept-running.txt");
+    env.cassette(json!([
+        {"tool_calls": [{"id": "slow", "name": "sleep_then_write", "arguments": {"ms": 1500, "path": mark.display().to_string()}}]},
+        {"text": "after the abort"}
+    ]));
+    let s = Server::start(&env, &[], &[]);
+    let c = client();
+    let id = new_session(&c, &s, &env).await;
+    let mut events = subscribe(s.url(&format!("/event?session={id}"))).await;
+    let (status, _) = send(
+        &c,
+        "POST",
+        &s.url(&format!("/session/{id}/prompt_async")),
+        Some(json!({"text": "go", "model": model(&env)})),
+    )
+    .await;
+    assert_eq!(status, 202);
+    until(&mut events, |e| e["part"]["state"]["status"] == "running").await;
+    let (status, aborted) = send(&c, "POST", &s.url(&format!("/session/{id}/abort")), None).await;
+    assert_eq!((status, aborted["aborted"].clone()), (200, json!(true)));
+    let seen = until(&mut events, is_idle).await;
+    let last = seen
+        .iter()
+        .rev()
+        .find(|e| e["part"]["type"] == "tool")
+        .unwrap()["part"]["state"]
+        .clone();
+    assert_eq!(last["status"], "error");
+    assert_eq!(last["interrupted"], true);
+    assert!(
+        last["error"].as_str().unwrap().contains("aborted"),
+        "{last}"
+    );
+    // The guest stopped: well after it would have slept, it left no mark.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(!mark.exists(), "the aborted guest kept running");
+
+    let (status, answer) = send(
+        &c,
+        "POST",
+        &s.url(&format!("/session/{id}/message")),
+        Some(json!({"text": "and now?", "model": model(&env)})),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["parts"][1]["text"], "after the abort");
+    let results = tool_results(env.requests().last().unwrap());
+    assert!(
+        results[0].1 && results[0].2.contains("interrupted"),
+        "{results:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_json_errors_and_change_nothing() {
+    let env = Env::new();
+    env.cassette(json!([{"text": "hi"}]));
+    let s = Server::start(&env, &[], &[]);
+    let c = client();
+    let id = new_session(&c, &s, &env).await;
+    let msg = s.url(&format!("/session/{id}/message"));
+    let raw = |method: &'static str, url: String, body: Option<(&'static str, Vec<u8>)>| {
+        let c = c.clone();
+        async move {
+            let mut req = c.request(method.parse().unwrap(), &url);
+            if let Some((ct, b)) = body {
+                req = req.header("content-type", ct).body(b);
+            }
+            let res = req.send().await.unwrap();
+            let status = res.status().as_u16();
+            let body: Value =
+                serde_json::from_str(&res.text().await.unwrap()).unwrap_or(Value::Null);
+            (status, body)
+        }
+    };
+    let cases = vec![
+        (
+            "unknown session",
+            raw("GET", s.url("/session/ses_nope"), None).await,
+            404,
+            "not_found",
+        ),
+        (
+            "unknown session prompt",
+            raw(
+                "POST",
+                s.url("/session/ses_nope/message"),
+                Some(("application/json", br#"{"text": "x"}"#.to_vec())),
+            )
+            .await,
+            404,
+            "not_found",
+        ),
+        (
+            "malformed JSON",
+            raw(
+                "POST",
+                msg.clone(),
+                Some(("application/json", b"{\"text\": ".to_vec())),
+            )
+            .await,
+            400,
+            "bad_request",
+        ),
+        (
+            "wrong type",
+            raw(
+                "POST",
+                msg.clone(),
+                Some(("application/json", br#"{"text": 5}"#.to_vec())),
+            )
+            .await,
+            400,
+            "bad_request",
+        ),
+        (
+            "unknown field",
+            raw(
+                "POST",
+                msg.clone(),
+                Some(("application/json", br#"{"text": "x", "txt": 1}"#.to_vec())),
+            )
+            .await,
+            400,
+            "bad_request",
+        ),
+        (
+            "empty text",
+            raw(
+                "POST",
+                msg.clone(),
+                Some(("application/json", br#"{"text": "  "}"#.to_vec())),
+            )
+            .await,
+            400,
+            "bad_request",
+        ),
+        (
+            "bad model",
+            raw(
+                "POST",
+                msg.clone(),
+                Some((
+                    "application/json",
+                    br#"{"text": "x", "model": "nope"}"#.to_vec(),
+                )),
+            )
+            .await,
+            400,
+            "bad_request",
+        ),
+        (
+            "not JSON",
+            raw("POST", msg.clone(), Some(("text/plain", b"hello".to_vec()))).await,
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "oversized",
+            raw(
+                "POST",
+                msg.clone(),
+                Some((
+                    "application/json",
+                    format!("{{\"text\": \"{}\"}}", "x".repeat(2 << 20)).into_bytes(),
+                )),
+            )
+            .await,
+            413,
+            "too_large",
+        ),
+        (
+            "unknown route",
+            raw("GET", s.url("/nope"), None).await,
+            404,
+            "not_found",
+        ),
+        (
+            "wrong method",
+            raw("PUT", s.url("/session"), None).await,
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "bad reply",
+            raw(
+                "POST",
+                s.url("/permission/per_x"),
+                Some(("application/json", br#"{"reply": "maybe"}"#.to_vec())),
+            )
+            .await,
+            400,
+            "bad_request",
+        ),
+    ];
+    for (what, (status, body), want, code) in cases {
+        assert_eq!(status, want, "{what}: {body}");
+        assert_eq!(body["error"]["code"], code, "{what}: {body}");
+        assert!(
+            !body["error"]["message"].as_str().unwrap().is_empty(),
+            "{what}"
+        );
+    }
+    let (_, sessions) = send(&c, "GET", &s.url("/session"), None).await;
+    assert_eq!(sessions.as_array().unwrap().len(), 1);
+    assert!(
+        env.ledger()
+            .messages(&warden_protocol::SessionId(id))
+            .unwrap()
+            .is_empty(),
+        "nothing was written"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_guards_every_request_and_is_required_off_loopback() {
+    let env = Env::new();
+    let out = env
+        .warden(&["serve", "--host", "0.0.0.0", "--port", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("pass --token"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let s = Server::start(&env, &["--token", "s3cret"], &[]);
+    let c = client();
+    let (status, body) = send(&c, "GET", &s.url("/session"), None).await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (401, json!("unauthorized"))
+    );
+    let (status, _) = send(&c, "GET", &s.url("/health"), None).await;
+    assert_eq!(status, 401);
+    let ok = c
+        .get(s.url("/session"))
+        .header("authorization", "Bearer s3cret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status().as_u16(), 200);
+    let wrong = c
+        .get(s.url("/session"))
+        .header("authorization", "Bearer s3cre")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+    let events = c.get(s.url("/event")).send().await.unwrap();
+    assert_eq!(events.status().as_u16(), 401);
+    let events = c.get(s.url("/event?token=s3cret")).send().await.unwrap();
+    assert_eq!(events.status().as_u16(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_ledger_never_run_a_session_at_once_and_one_takes_over_when_the_other_dies()
+ {
+    let env = Env::new();
+    env.config(json!({"plugins": [Env::fixtures_plugin(json!({"timeout_ms": 60000}))]}));
+    env.cassette(json!([
+        {"tool_calls": [{"id": "long", "name": "sleep", "arguments": {"ms": 30000}}]},
+        {"text": "taken over"}
+    ]));
+    let ttl = [("WARDEN_LEASE_TTL_MS", "1000")];
+    let mut a = Server::start(&env, &[], &ttl);
+    let b = Server::start(&env, &[], &ttl);
+    let c = client();
+    let id = new_session(&c, &a, &env).await;
+    let mut events = subscribe(a.url(&format!("/event?session={id}"))).await;
+    let (status, _) = send(
+        &c,
+        "POST",
+        &a.url(&format!("/session/{id}/prompt_async")),
+        Some(json!({"text": "go", "model": model(&env)})),
+    )
+    .await;
+    assert_eq!(status, 202);
+    until(&mut events, |e| e["part"]["state"]["status"] == "running").await;
+
+    // B refuses to run a session A is running, and writes nothing.
+    let (status, body) = send(
+        &c,
+        "POST",
+        &b.url(&format!("/session/{id}/message")),
+        Some(json!({"text": "me too", "model": model(&env)})),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (409, json!("busy")),
+        "{body}"
+    );
+    let session = warden_protocol::SessionId(id.clone());
+    assert_eq!(
+        env.ledger()
+            .messages(&session)
+            .unwrap()
+            .iter()
+            .filter(|m| m.info.role() == "user")
+            .count(),
+        1
+    );
+    // Nor will it wait out the lease while A keeps renewing it.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (status, _) = send(
+        &c,
+        "POST",
+        &b.url(&format!("/session/{id}/message")),
+        Some(json!({"text": "me too", "model": model(&env)})),
+    )
+    .await;
+    assert_eq!(status, 409, "A's lease is kept fresh while it runs");
+
+    // Kill A: B takes the session over and finishes it.
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let msgs = loop {
+        let msgs = env.ledger().messages(&session).unwrap();
+        if msgs.last().is_some_and(|m| m.text() == "taken over") {
+            break msgs;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "B did not take over: {msgs:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let calls = tool_parts(&msgs);
+    assert_eq!(calls.len(), 1, "the call ran once and was not repeated");
+    assert!(
+        matches!(
+            &calls[0].1,
+            ToolState::Error {
+                interrupted: true,
+                ..
+            }
+        ),
+        "{:?}",
+        calls[0].1
+    );
+    let (_, view) = send(&c, "GET", &b.url(&format!("/session/{id}")), None).await;
+    assert_eq!(view["status"]["type"], "idle");
+}
