@@ -17,7 +17,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use warden_protocol::{
     Event, MessageId, MessageInfo, MessageWithParts, Millis, Part, PartBody, Rule, SessionId,
-    SessionInfo,
+    SessionInfo, ToolState,
 };
 
 use crate::bus::Bus;
@@ -114,6 +114,14 @@ impl Ledger {
             bus,
             path: path.into(),
         })
+    }
+
+    /// Move the write-ahead log into the database file (e.g. before measuring
+    /// its size or copying it).
+    pub fn checkpoint(&self) -> Result<()> {
+        self.conn()
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(())
     }
 
     /// Where the ledger lives.
@@ -252,7 +260,9 @@ impl Ledger {
 
     /// Insert or update a part; see [`PartWrite`] for what is recorded.
     pub fn put_part(&self, part: &Part, write: PartWrite<'_>) -> Result<()> {
-        let body = serde_json::to_string(part).map_err(|e| CoreError::Internal(e.to_string()))?;
+        // The body is the part without its ids, which are columns of the row.
+        let body =
+            serde_json::to_string(&part.body).map_err(|e| CoreError::Internal(e.to_string()))?;
         let now = now_ms();
         let status = part.tool_state().map(|s| s.status());
         {
@@ -285,7 +295,7 @@ impl Ledger {
                         part.call_id(),
                         status,
                         now,
-                        body
+                        timeline_body(part)?
                     ],
                 )?;
             }
@@ -334,7 +344,12 @@ impl Ledger {
         let mut idx = 0;
         for row in rows {
             let (id, message_id, body) = row?;
-            let part: Part = decode(&body, || format!("part {id}"))?;
+            let part = Part {
+                body: decode(&body, || format!("part {id}"))?,
+                id: id.into(),
+                session_id: session.clone(),
+                message_id: MessageId(message_id.clone()),
+            };
             // Both lists are sorted by message id, so one forward walk pairs them.
             while idx < out.len() && out[idx].info.id().as_str() < message_id.as_str() {
                 idx += 1;
@@ -343,7 +358,7 @@ impl Ledger {
                 Some(m) if m.info.id().as_str() == message_id => m.parts.push(part),
                 _ => {
                     return Err(CoreError::Corrupt {
-                        what: format!("part {id}"),
+                        what: format!("part {}", part.id),
                         reason: format!("its message {message_id} is missing"),
                     });
                 }
@@ -375,7 +390,7 @@ impl Ledger {
     pub fn part_events(&self, session: &SessionId) -> Result<Vec<PartEvent>> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
-            "SELECT seq, at, message_id, body FROM part_event WHERE session_id = ?1 ORDER BY seq",
+            "SELECT seq, at, message_id, part_id, body FROM part_event WHERE session_id = ?1 ORDER BY seq",
         )?;
         let rows = stmt.query_map(params![session.as_str()], |r| {
             Ok((
@@ -383,12 +398,18 @@ impl Ledger {
                 r.get::<_, i64>(1)?,
                 r.get::<_, String>(2)?,
                 r.get::<_, String>(3)?,
+                r.get::<_, String>(4)?,
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (seq, at, message_id, body) = row?;
-            let part: Part = decode(&body, || format!("part event {seq}"))?;
+            let (seq, at, message_id, part_id, body) = row?;
+            let part = Part {
+                body: decode(&body, || format!("part event {seq}"))?,
+                id: part_id.into(),
+                session_id: session.clone(),
+                message_id: MessageId(message_id.clone()),
+            };
             out.push(PartEvent {
                 seq,
                 at,
@@ -403,23 +424,20 @@ impl Ledger {
 
     /// Record a decision or guest call.
     pub fn audit(&self, entry: &AuditEntry) -> Result<()> {
-        self.conn().execute(
-            "INSERT INTO audit (session_id, message_id, call_id, at, stage, subject, plugin_hash, decision, rule, duration_us, outcome)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            params![
-                entry.session_id.as_str(),
-                entry.message_id.as_ref().map(|m| m.as_str()),
-                entry.call_id,
-                entry.at,
-                entry.stage,
-                entry.subject,
-                entry.plugin_hash,
-                entry.decision,
-                entry.rule,
-                entry.duration_us,
-                entry.outcome
-            ],
-        )?;
+        insert_audit(&self.conn(), entry)
+    }
+
+    /// Record several entries in one transaction.
+    pub fn audit_all(&self, entries: &[AuditEntry]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        for entry in entries {
+            insert_audit(&tx, entry)?;
+        }
+        tx.commit()?;
         Ok(())
     }
 
@@ -520,6 +538,27 @@ impl Ledger {
     }
 }
 
+fn insert_audit(conn: &Connection, entry: &AuditEntry) -> Result<()> {
+    conn.execute(
+        "INSERT INTO audit (session_id, message_id, call_id, at, stage, subject, plugin_hash, decision, rule, duration_us, outcome)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        params![
+            entry.session_id.as_str(),
+            entry.message_id.as_ref().map(|m| m.as_str()),
+            entry.call_id,
+            entry.at,
+            entry.stage,
+            entry.subject,
+            entry.plugin_hash,
+            entry.decision,
+            entry.rule,
+            entry.duration_us,
+            entry.outcome
+        ],
+    )?;
+    Ok(())
+}
+
 fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<SessionInfo>> {
     let id: String = r.get(0)?;
     let permission: String = r.get(3)?;
@@ -540,6 +579,39 @@ fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<SessionInfo>> {
         created: r.get(4)?,
         updated: r.get(5)?,
     }))
+}
+
+/// What a timeline row keeps of a part: its state and times, not its
+/// content. Content is written once, in the part's own row (a call's input
+/// when it starts running, the output in its terminal state, which never
+/// changes again), so the timeline plus the final part replays the call.
+fn timeline_body(part: &Part) -> Result<String> {
+    let mut slim = part.clone();
+    match &mut slim.body {
+        PartBody::Text { text, .. } | PartBody::Reasoning { text, .. } => text.clear(),
+        PartBody::Tool { state, .. } => match state {
+            ToolState::Pending { raw, .. } => raw.clear(),
+            ToolState::Running { .. } => {}
+            ToolState::Completed {
+                input,
+                output,
+                metadata,
+                ..
+            } => {
+                *input = serde_json::Value::Null;
+                output.clear();
+                *metadata = serde_json::Value::Null;
+            }
+            ToolState::Error {
+                input, metadata, ..
+            } => {
+                *input = serde_json::Value::Null;
+                *metadata = None;
+            }
+        },
+        _ => {}
+    }
+    serde_json::to_string(&slim.body).map_err(|e| CoreError::Internal(e.to_string()))
 }
 
 fn decode<T: serde::de::DeserializeOwned>(text: &str, what: impl FnOnce() -> String) -> Result<T> {

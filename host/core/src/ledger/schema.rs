@@ -6,6 +6,7 @@
 /// Migration `i` takes the schema from version `i` to `i + 1`.
 pub const MIGRATIONS: &[&str] = &[
     // 1: sessions, messages, parts, the part timeline, runner leases, the audit trail.
+    // Part and timeline bodies are the part's JSON without its ids (columns).
     r#"
     CREATE TABLE session (
         id          TEXT PRIMARY KEY,
@@ -36,7 +37,9 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX part_by_session ON part(session_id, message_id, id);
     -- Every recorded change of a part (creation, tool state transition, end
-    -- of streaming), with the part as it was then: the replayable history.
+    -- of streaming) with its time and state: the replayable history. Bodies
+    -- keep states, not content (no text, no tool output): content is written
+    -- once, in the part row, where a terminal state never changes again.
     CREATE TABLE part_event (
         seq         INTEGER PRIMARY KEY AUTOINCREMENT,
         session_id  TEXT NOT NULL,

@@ -492,11 +492,11 @@ impl<'a> Processor<'a> {
             return Ok(());
         }
 
-        let env = CallEnv {
-            ledger: self.core.ledger.clone(),
-            permissions: self.core.permissions.clone(),
-            host: self.core.tools.clone(),
-        };
+        let env = CallEnv::new(
+            self.core.ledger.clone(),
+            self.core.permissions.clone(),
+            self.core.tools.clone(),
+        );
         let progress_tx = self.feedback.clone();
         let progress_id = call_id.clone();
         let request = CallRequest {

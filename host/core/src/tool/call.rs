@@ -9,12 +9,13 @@
 //!    checked again, so a hook can never widen a permission;
 //! 4. the **tool** guest runs;
 //! 5. each matching **after hook** may rewrite the output;
-//! 6. every decision and guest call goes to the audit trail.
+//! 6. every decision and guest call goes to the audit trail, written in one
+//!    transaction when the call ends.
 //!
 //! A hook that fails blocks the call (fail closed) unless its operator set
 //! it to fail open.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde_json::{Value, json};
@@ -35,6 +36,28 @@ pub struct CallEnv {
     pub ledger: Ledger,
     pub permissions: Permissions,
     pub host: Arc<dyn ToolHost>,
+    /// The audit entries of the call under way, written together at its end.
+    trail: Option<Arc<Mutex<Vec<AuditEntry>>>>,
+}
+
+impl CallEnv {
+    pub fn new(ledger: Ledger, permissions: Permissions, host: Arc<dyn ToolHost>) -> CallEnv {
+        CallEnv {
+            ledger,
+            permissions,
+            host,
+            trail: None,
+        }
+    }
+
+    /// Write the collected audit entries in one transaction.
+    fn flush(&self) {
+        let Some(trail) = &self.trail else { return };
+        let entries = std::mem::take(&mut *trail.lock().unwrap_or_else(|p| p.into_inner()));
+        if let Err(e) = self.ledger.audit_all(&entries) {
+            tracing::warn!(error = %e, "could not write the audit trail");
+        }
+    }
 }
 
 /// Called with progress a guest reports while it runs.
@@ -69,6 +92,16 @@ pub enum CallOutcome {
 
 /// Run one call through the boundary.
 pub async fn run(env: &CallEnv, req: CallRequest) -> CallOutcome {
+    let env = CallEnv {
+        trail: Some(Arc::new(Mutex::new(Vec::new()))),
+        ..env.clone()
+    };
+    let outcome = boundary(&env, req).await;
+    env.flush();
+    outcome
+}
+
+async fn boundary(env: &CallEnv, req: CallRequest) -> CallOutcome {
     let mut input = req.input.clone();
     let tool = &req.tool;
 
@@ -461,11 +494,28 @@ fn audit(
     elapsed: Option<std::time::Duration>,
     outcome: &str,
 ) {
+    audit_ctx(
+        env, &req.ctx, stage, subject, hash, decision, rule, elapsed, outcome,
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+fn audit_ctx(
+    env: &CallEnv,
+    ctx: &CallContext,
+    stage: &str,
+    subject: &str,
+    hash: Option<&str>,
+    decision: &str,
+    rule: Option<&str>,
+    elapsed: Option<std::time::Duration>,
+    outcome: &str,
+) {
     let entry = AuditEntry {
         seq: 0,
-        session_id: req.ctx.session_id.clone(),
-        message_id: Some(req.ctx.message_id.clone()),
-        call_id: Some(req.ctx.call_id.clone()),
+        session_id: ctx.session_id.clone(),
+        message_id: Some(ctx.message_id.clone()),
+        call_id: Some(ctx.call_id.clone()),
         at: now_ms(),
         stage: stage.to_string(),
         subject: subject.to_string(),
@@ -475,8 +525,13 @@ fn audit(
         duration_us: elapsed.map(|d| d.as_micros() as i64),
         outcome: Some(outcome.to_string()),
     };
-    if let Err(e) = env.ledger.audit(&entry) {
-        tracing::warn!(error = %e, "could not write the audit trail");
+    match &env.trail {
+        Some(trail) => trail.lock().unwrap_or_else(|p| p.into_inner()).push(entry),
+        None => {
+            if let Err(e) = env.ledger.audit(&entry) {
+                tracing::warn!(error = %e, "could not write the audit trail");
+            }
+        }
     }
 }
 
@@ -501,13 +556,39 @@ impl CallObserver for Observer {
         patterns: Vec<String>,
         metadata: Value,
     ) -> Result<(), String> {
+        // A guest's own question, audited like the host's: what, the rule, the answer.
         let eval = permission::evaluate_all(&permission, &patterns, &[&self.rules]);
+        let rule = eval.describe();
+        let subject = format!("guest:{permission}");
         match eval.action {
-            Action::Allow => Ok(()),
-            Action::Deny => Err(format!(
-                "`{permission}` is denied by the rule `{}`",
-                eval.describe()
-            )),
+            Action::Allow => {
+                audit_ctx(
+                    &self.env,
+                    &self.ctx,
+                    "ask",
+                    &subject,
+                    None,
+                    "allowed",
+                    Some(&rule),
+                    None,
+                    "ok",
+                );
+                Ok(())
+            }
+            Action::Deny => {
+                audit_ctx(
+                    &self.env,
+                    &self.ctx,
+                    "ask",
+                    &subject,
+                    None,
+                    "denied",
+                    Some(&rule),
+                    None,
+                    "refused",
+                );
+                Err(format!("`{permission}` is denied by the rule `{rule}`"))
+            }
             Action::Ask => {
                 let request = PermissionRequest {
                     id: String::new(),
@@ -518,7 +599,24 @@ impl CallObserver for Observer {
                     metadata,
                     call_id: Some(self.ctx.call_id.clone()),
                 };
-                match self.env.permissions.ask(request, &self.cancel).await {
+                let reply = self.env.permissions.ask(request, &self.cancel).await;
+                let (decision, outcome) = match reply {
+                    PermissionReply::Once => ("asked:once", "ok"),
+                    PermissionReply::Always => ("asked:always", "ok"),
+                    PermissionReply::Reject => ("asked:reject", "refused"),
+                };
+                audit_ctx(
+                    &self.env,
+                    &self.ctx,
+                    "ask",
+                    &subject,
+                    None,
+                    decision,
+                    Some(&patterns.join(" ")),
+                    None,
+                    outcome,
+                );
+                match reply {
                     PermissionReply::Reject => {
                         Err(rejected(&self.env, &permission, &patterns.join(" ")))
                     }
