@@ -10,6 +10,7 @@
 pub mod id;
 mod schema;
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -80,6 +81,12 @@ pub struct Ledger {
     db: Arc<Mutex<Connection>>,
     bus: Bus,
     path: Arc<str>,
+    /// The messages of the sessions this process holds the runner lease of,
+    /// kept equal to their rows: loaded whole when the lease is taken,
+    /// updated by every write after it commits, dropped when the lease is
+    /// given back. While the lease is held nobody else may write them, so a
+    /// round of the loop re-reads its history without decoding it again.
+    held: Arc<Mutex<HashMap<SessionId, Vec<MessageWithParts>>>>,
 }
 
 impl Ledger {
@@ -113,6 +120,7 @@ impl Ledger {
             db: Arc::new(Mutex::new(conn)),
             bus,
             path: path.into(),
+            held: Arc::new(Mutex::new(HashMap::new())),
         })
     }
 
@@ -212,6 +220,7 @@ impl Ledger {
 
     /// Delete a session and everything recorded about it.
     pub fn delete_session(&self, id: &SessionId) -> Result<()> {
+        self.held().remove(id);
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         let n = tx.execute("DELETE FROM session WHERE id = ?1", params![id.as_str()])?;
@@ -253,6 +262,18 @@ impl Ledger {
              ON CONFLICT(id) DO UPDATE SET info = excluded.info, updated_at = excluded.updated_at",
             params![info.id().as_str(), info.session_id().as_str(), info.role(), body, info.created(), now],
         )?;
+        if let Some(held) = self.held().get_mut(info.session_id()) {
+            match held.binary_search_by(|m| m.info.id().cmp(info.id())) {
+                Ok(i) => held[i].info = info.clone(),
+                Err(i) => held.insert(
+                    i,
+                    MessageWithParts {
+                        info: info.clone(),
+                        parts: Vec::new(),
+                    },
+                ),
+            }
+        }
         self.bus
             .publish(Event::MessageUpdated { info: info.clone() });
         Ok(())
@@ -305,6 +326,15 @@ impl Ledger {
             PartWrite::Delta(d) => Some(d.to_string()),
             PartWrite::Changed => None,
         };
+        if let Some(held) = self.held().get_mut(&part.session_id)
+            && let Ok(m) = held.binary_search_by(|m| m.info.id().cmp(&part.message_id))
+        {
+            let parts = &mut held[m].parts;
+            match parts.binary_search_by(|p| p.id.cmp(&part.id)) {
+                Ok(i) => parts[i] = part.clone(),
+                Err(i) => parts.insert(i, part.clone()),
+            }
+        }
         self.bus.publish(Event::PartUpdated {
             part: part.clone(),
             delta,
@@ -314,6 +344,17 @@ impl Ledger {
 
     /// Every message of a session with its parts, in id order.
     pub fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
+        if let Some(held) = self.held().get(session) {
+            return Ok(held.clone());
+        }
+        self.read_messages(session)
+    }
+
+    fn held(&self) -> MutexGuard<'_, HashMap<SessionId, Vec<MessageWithParts>>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read_messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
         let conn = self.conn();
         let mut out: Vec<MessageWithParts> = Vec::new();
         {
@@ -505,6 +546,11 @@ impl Ledger {
             params![session.as_str(), holder, now + ttl_ms],
         )?;
         tx.commit()?;
+        drop(conn);
+        if !self.held().contains_key(session) {
+            let msgs = self.read_messages(session)?;
+            self.held().entry(session.clone()).or_insert(msgs);
+        }
         Ok(Ok(()))
     }
 
@@ -514,6 +560,10 @@ impl Ledger {
             "UPDATE runner_lease SET expires_at = ?3 WHERE session_id = ?1 AND holder = ?2",
             params![session.as_str(), holder, now_ms() + ttl_ms],
         )?;
+        if n != 1 {
+            // Someone else holds it now and may write: stop trusting the copy.
+            self.held().remove(session);
+        }
         Ok(n == 1)
     }
 
@@ -530,6 +580,7 @@ impl Ledger {
 
     /// Give the lease back (only if this holder still has it).
     pub fn release_lease(&self, session: &SessionId, holder: &str) -> Result<()> {
+        self.held().remove(session);
         self.conn().execute(
             "DELETE FROM runner_lease WHERE session_id = ?1 AND holder = ?2",
             params![session.as_str(), holder],
@@ -770,6 +821,66 @@ mod tests {
                 .is_ok(),
             "expired lease is taken over"
         );
+    }
+
+    #[test]
+    fn the_copy_kept_while_holding_a_lease_equals_the_rows() {
+        let l = ledger();
+        let s = l.create_session("/w", "t").unwrap();
+        let user = |n: u32| {
+            MessageInfo::User(UserInfo {
+                id: MessageId(id::ascending("msg")),
+                session_id: s.id.clone(),
+                created: n as i64,
+                agent: "build".into(),
+                model: ModelRef {
+                    provider: "scripted".into(),
+                    model: "x".into(),
+                },
+            })
+        };
+        // One message before the lease, more while it is held.
+        let first = user(0);
+        l.put_message(&first).unwrap();
+        assert!(
+            l.acquire_lease(&s.id, "me", 60_000, |_| false)
+                .unwrap()
+                .is_ok()
+        );
+        let mut tool = Part {
+            id: id::ascending("prt").into(),
+            session_id: s.id.clone(),
+            message_id: first.id().clone(),
+            body: PartBody::Tool {
+                call_id: "c".into(),
+                tool: "read".into(),
+                state: ToolState::pending(),
+                provider_executed: false,
+            },
+        };
+        l.put_part(&tool, PartWrite::Changed).unwrap();
+        if let PartBody::Tool { state, .. } = &mut tool.body {
+            *state = state.start(serde_json::json!({"a": 1}), 2).unwrap();
+        }
+        l.put_part(&tool, PartWrite::Changed).unwrap();
+        for n in 1..4 {
+            let m = user(n);
+            l.put_message(&m).unwrap();
+            let p = Part {
+                id: id::ascending("prt").into(),
+                session_id: s.id.clone(),
+                message_id: m.id().clone(),
+                body: PartBody::StepStart {},
+            };
+            l.put_part(&p, PartWrite::Changed).unwrap();
+        }
+        let held = l.messages(&s.id).unwrap();
+        assert_eq!(held, l.read_messages(&s.id).unwrap());
+        assert_eq!(held.len(), 4);
+        assert_eq!(held[0].parts[0].tool_state().unwrap().status(), "running");
+        l.release_lease(&s.id, "me").unwrap();
+        assert!(l.held().is_empty());
+        assert_eq!(l.messages(&s.id).unwrap(), held);
     }
 
     #[test]
