@@ -169,6 +169,12 @@ pub struct MessageWithParts {
     pub parts: Vec<Part>,
 }
 
+impl AsRef<MessageWithParts> for MessageWithParts {
+    fn as_ref(&self) -> &MessageWithParts {
+        self
+    }
+}
+
 impl MessageWithParts {
     /// The concatenated non-synthetic text parts.
     pub fn text(&self) -> String {

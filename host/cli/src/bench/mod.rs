@@ -28,6 +28,9 @@ pub struct BenchArgs {
     /// Also write the table as Markdown here.
     #[arg(long)]
     pub markdown: Option<PathBuf>,
+    /// Run only these parts (comma-separated: p1, p2, rss, p3, p4, ingest), e.g. under a profiler.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
 }
 
 /// Where the run happened.

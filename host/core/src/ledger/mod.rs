@@ -86,7 +86,7 @@ pub struct Ledger {
     /// updated by every write after it commits, dropped when the lease is
     /// given back. While the lease is held nobody else may write them, so a
     /// round of the loop re-reads its history without decoding it again.
-    held: Arc<Mutex<HashMap<SessionId, Vec<MessageWithParts>>>>,
+    held: Arc<Mutex<HashMap<SessionId, Vec<Arc<MessageWithParts>>>>>,
 }
 
 impl Ledger {
@@ -264,13 +264,13 @@ impl Ledger {
         )?;
         if let Some(held) = self.held().get_mut(info.session_id()) {
             match held.binary_search_by(|m| m.info.id().cmp(info.id())) {
-                Ok(i) => held[i].info = info.clone(),
+                Ok(i) => Arc::make_mut(&mut held[i]).info = info.clone(),
                 Err(i) => held.insert(
                     i,
-                    MessageWithParts {
+                    Arc::new(MessageWithParts {
                         info: info.clone(),
                         parts: Vec::new(),
-                    },
+                    }),
                 ),
             }
         }
@@ -329,7 +329,7 @@ impl Ledger {
         if let Some(held) = self.held().get_mut(&part.session_id)
             && let Ok(m) = held.binary_search_by(|m| m.info.id().cmp(&part.message_id))
         {
-            let parts = &mut held[m].parts;
+            let parts = &mut Arc::make_mut(&mut held[m]).parts;
             match parts.binary_search_by(|p| p.id.cmp(&part.id)) {
                 Ok(i) => parts[i] = part.clone(),
                 Err(i) => parts.insert(i, part.clone()),
@@ -345,12 +345,25 @@ impl Ledger {
     /// Every message of a session with its parts, in id order.
     pub fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
         if let Some(held) = self.held().get(session) {
-            return Ok(held.clone());
+            return Ok(held.iter().map(|m| MessageWithParts::clone(m)).collect());
         }
         self.read_messages(session)
     }
 
-    fn held(&self) -> MutexGuard<'_, HashMap<SessionId, Vec<MessageWithParts>>> {
+    /// The same messages, shared: cheap to take every round while this
+    /// process holds the session's lease (nothing is copied but pointers).
+    pub fn history(&self, session: &SessionId) -> Result<Vec<Arc<MessageWithParts>>> {
+        if let Some(held) = self.held().get(session) {
+            return Ok(held.clone());
+        }
+        Ok(self
+            .read_messages(session)?
+            .into_iter()
+            .map(Arc::new)
+            .collect())
+    }
+
+    fn held(&self) -> MutexGuard<'_, HashMap<SessionId, Vec<Arc<MessageWithParts>>>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -548,7 +561,11 @@ impl Ledger {
         tx.commit()?;
         drop(conn);
         if !self.held().contains_key(session) {
-            let msgs = self.read_messages(session)?;
+            let msgs = self
+                .read_messages(session)?
+                .into_iter()
+                .map(Arc::new)
+                .collect();
             self.held().entry(session.clone()).or_insert(msgs);
         }
         Ok(Ok(()))
@@ -876,6 +893,13 @@ mod tests {
         }
         let held = l.messages(&s.id).unwrap();
         assert_eq!(held, l.read_messages(&s.id).unwrap());
+        let shared: Vec<MessageWithParts> = l
+            .history(&s.id)
+            .unwrap()
+            .iter()
+            .map(|m| (**m).clone())
+            .collect();
+        assert_eq!(shared, held);
         assert_eq!(held.len(), 4);
         assert_eq!(held[0].parts[0].tool_state().unwrap().status(), "running");
         l.release_lease(&s.id, "me").unwrap();

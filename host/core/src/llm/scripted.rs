@@ -45,6 +45,9 @@ use warden_protocol::{
 use super::{EventStream, ModelInfo, Prices, Provider, ResolvedModel};
 use crate::error::{CoreError, Result};
 
+/// How many requests [`ScriptedProvider::requests`] keeps.
+const KEPT_REQUESTS: usize = 256;
+
 /// A parsed cassette.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -209,7 +212,7 @@ impl ScriptedProvider {
         })
     }
 
-    /// Every request received so far, in order.
+    /// The requests received so far, in order (the latest 256).
     pub fn requests(&self) -> Vec<LlmRequest> {
         self.requests
             .lock()
@@ -228,10 +231,15 @@ impl ScriptedProvider {
     }
 
     fn record(&self, request: &LlmRequest) -> std::result::Result<(), ProviderError> {
-        self.requests
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(request.clone());
+        {
+            // The latest requests only: a long session must not hold every
+            // conversation it ever sent in memory.
+            let mut kept = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+            if kept.len() >= KEPT_REQUESTS {
+                kept.remove(0);
+            }
+            kept.push(request.clone());
+        }
         if let Some(path) = &self.record {
             let line = serde_json::to_string(request).map_err(|e| {
                 ProviderError::new(ErrorKind::Other, format!("cannot record the request: {e}"))
@@ -391,9 +399,29 @@ fn chunks(text: &str) -> Vec<&str> {
 
 /// About four characters a token, so step-finish parts carry plausible numbers.
 fn estimate_usage(turn: &Turn, request: &LlmRequest) -> Usage {
+    use warden_protocol::ChatMessage;
+    use warden_protocol::llm::{AssistantContent, UserContent};
+    // Counted from the text, not by serialising the conversation again.
     let mut input_chars: usize = request.system.iter().map(|s| s.len()).sum();
     for m in &request.messages {
-        input_chars += serde_json::to_string(m).map(|s| s.len()).unwrap_or(0);
+        input_chars += match m {
+            ChatMessage::User { content } => content
+                .iter()
+                .map(|UserContent::Text { text }| text.len())
+                .sum::<usize>(),
+            ChatMessage::Assistant { content } => content
+                .iter()
+                .map(|c| match c {
+                    AssistantContent::Text { text } | AssistantContent::Reasoning { text, .. } => {
+                        text.len()
+                    }
+                    AssistantContent::ToolCall { name, .. } => name.len() + 32,
+                })
+                .sum::<usize>(),
+            ChatMessage::Tool { content } => {
+                content.iter().map(|r| r.output.len() + 16).sum::<usize>()
+            }
+        };
     }
     let output_chars = turn.text.as_ref().map_or(0, |t| t.len())
         + turn.reasoning.as_ref().map_or(0, |t| t.len())

@@ -6,6 +6,8 @@
 //! ([`history::since_compaction`]), so the tool outputs of summarised turns
 //! are never sent again.
 
+use std::sync::Arc;
+
 use tokio_util::sync::CancellationToken;
 use warden_protocol::llm::UserContent;
 use warden_protocol::{
@@ -47,15 +49,21 @@ pub fn is_overflow(tokens: &Tokens, model: &ModelInfo) -> bool {
 
 /// The compaction request the latest user message carries, if it has not
 /// been answered by a summary yet.
-pub fn pending<'a>(msgs: &'a [MessageWithParts], user: &UserInfo) -> Option<&'a MessageWithParts> {
-    let m = msgs.iter().find(|m| m.info.id() == &user.id)?;
+pub fn pending<'a, M: AsRef<MessageWithParts>>(
+    msgs: &'a [M],
+    user: &UserInfo,
+) -> Option<&'a MessageWithParts> {
+    let m = msgs
+        .iter()
+        .map(AsRef::as_ref)
+        .find(|m| m.info.id() == &user.id)?;
     let is_request = m
         .parts
         .iter()
         .any(|p| matches!(p.body, PartBody::Compaction { .. }));
     let answered = msgs
         .iter()
-        .filter_map(history::assistant)
+        .filter_map(|m| history::assistant(m.as_ref()))
         .any(|a| a.parent_id == user.id && a.summary && a.completed.is_some());
     (is_request && !answered).then_some(m)
 }
@@ -94,7 +102,7 @@ pub(crate) fn queue(
 pub(crate) async fn process(
     core: &CoreInner,
     session: &SessionInfo,
-    msgs: &[MessageWithParts],
+    msgs: &[Arc<MessageWithParts>],
     request: &MessageWithParts,
     cancel: &CancellationToken,
 ) -> Result<Outcome> {
@@ -107,7 +115,7 @@ pub(crate) async fn process(
         .any(|p| matches!(p.body, PartBody::Compaction { auto: true, .. }));
     let agent = core.agents.get(&user.agent)?;
     let model = core.models.resolve(&user.model)?;
-    let before: Vec<MessageWithParts> = msgs
+    let before: Vec<Arc<MessageWithParts>> = msgs
         .iter()
         .filter(|m| m.info.id() < &user.id)
         .cloned()

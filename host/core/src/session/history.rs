@@ -17,9 +17,9 @@ pub struct Latest<'a> {
 
 /// Find the latest messages by id, never by position: compaction reorders
 /// what the model sees, so the array order is not the time order.
-pub fn latest(msgs: &[MessageWithParts]) -> Latest<'_> {
+pub fn latest<M: AsRef<MessageWithParts>>(msgs: &[M]) -> Latest<'_> {
     let mut l = Latest::default();
-    for m in msgs {
+    for m in msgs.iter().map(AsRef::as_ref) {
         match &m.info {
             MessageInfo::User(u) => {
                 if l.user.is_none_or(|x| x.id < u.id) {
@@ -68,10 +68,10 @@ pub fn has_open_tool_calls(m: &MessageWithParts) -> bool {
 
 /// The history the model may see: everything from the last completed
 /// compaction on (the compaction's user message and its summary included).
-pub fn since_compaction(msgs: Vec<MessageWithParts>) -> Vec<MessageWithParts> {
+pub fn since_compaction<M: AsRef<MessageWithParts>>(msgs: Vec<M>) -> Vec<M> {
     // A compaction is complete when a finished summary answers its user message.
     let mut start = 0;
-    for (i, m) in msgs.iter().enumerate() {
+    for (i, m) in msgs.iter().map(AsRef::as_ref).enumerate() {
         let is_compaction = matches!(&m.info, MessageInfo::User(_))
             && m.parts
                 .iter()
@@ -80,7 +80,7 @@ pub fn since_compaction(msgs: Vec<MessageWithParts>) -> Vec<MessageWithParts> {
             continue;
         }
         let summarised = msgs[i + 1..].iter().any(|a| match &m.info {
-            MessageInfo::User(u) => assistant(a).is_some_and(|a| {
+            MessageInfo::User(u) => assistant(a.as_ref()).is_some_and(|a| {
                 a.parent_id == u.id && a.summary && a.finish.is_some() && a.error.is_none()
             }),
             MessageInfo::Assistant(_) => false,
@@ -97,9 +97,9 @@ pub fn since_compaction(msgs: Vec<MessageWithParts>) -> Vec<MessageWithParts> {
 /// Convert the ledger to the conversation a provider is sent. Every tool call
 /// is followed by its result: completed parts by their output, errors and
 /// interrupted calls by an error result, so no call is left unpaired.
-pub fn to_chat(msgs: &[MessageWithParts]) -> Vec<ChatMessage> {
+pub fn to_chat<M: AsRef<MessageWithParts>>(msgs: &[M]) -> Vec<ChatMessage> {
     let mut out = Vec::new();
-    for m in msgs {
+    for m in msgs.iter().map(AsRef::as_ref) {
         match &m.info {
             MessageInfo::User(_) => {
                 let content: Vec<UserContent> = m

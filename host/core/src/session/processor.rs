@@ -87,7 +87,7 @@ pub(crate) struct Processor<'a> {
     agent: &'a Agent,
     model: &'a ResolvedModel,
     info: AssistantInfo,
-    history: &'a [MessageWithParts],
+    history: &'a [Arc<MessageWithParts>],
     tools: Vec<ToolDef>,
     cancel: CancellationToken,
     /// Tool parts of this message, in the order they began.
@@ -112,7 +112,7 @@ impl<'a> Processor<'a> {
         agent: &'a Agent,
         model: &'a ResolvedModel,
         info: AssistantInfo,
-        history: &'a [MessageWithParts],
+        history: &'a [Arc<MessageWithParts>],
         tools: Vec<ToolDef>,
         cancel: CancellationToken,
     ) -> Self {
@@ -599,7 +599,7 @@ impl<'a> Processor<'a> {
         let earlier = self
             .history
             .iter()
-            .filter(|m| assistant(m).is_some_and(|a| &a.id > user_id))
+            .filter(|m| assistant(m.as_ref()).is_some_and(|a| &a.id > user_id))
             .flat_map(|m| m.parts.iter());
         let recent: Vec<&Part> = earlier
             .chain(self.calls.iter())

@@ -42,7 +42,18 @@ pub(crate) async fn run(
         }
         core.status.set(session_id, SessionStatus::Busy);
         let session = core.ledger.session(session_id)?;
-        let msgs = history::since_compaction(core.ledger.messages(session_id)?);
+        let all = core.ledger.history(session_id)?;
+        // Model steps begun so far in the whole session (a cassette's place).
+        let prior_turns = all
+            .iter()
+            .filter(|m| {
+                assistant(m).is_some()
+                    && m.parts
+                        .iter()
+                        .any(|p| matches!(p.body, PartBody::StepStart {}))
+            })
+            .count() as u32;
+        let msgs = history::since_compaction(all);
         let latest = history::latest(&msgs);
         let Some(user) = latest.user.cloned() else {
             return Err(CoreError::NoUserMessage(session_id.clone()));
@@ -77,7 +88,7 @@ pub(crate) async fn run(
         }
         let step = msgs
             .iter()
-            .filter_map(assistant)
+            .filter_map(|m| assistant(m))
             .filter(|a| a.id > user.id)
             .count() as u32
             + 1;
@@ -115,7 +126,7 @@ pub(crate) async fn run(
         }
         let request = LlmRequest {
             session_id: session_id.clone(),
-            prior_turns: core.ledger.started_turns(session_id)?,
+            prior_turns,
             model: model.info.reference.model.clone(),
             system: system::prompt(agent, &session.directory),
             messages,
@@ -154,7 +165,7 @@ pub(crate) async fn run(
                 });
                 let steps_since = msgs
                     .iter()
-                    .filter_map(assistant)
+                    .filter_map(|m| assistant(m))
                     .filter(|a| !a.summary)
                     .count();
                 if compacted && steps_since == 0 {
