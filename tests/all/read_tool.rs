@@ -239,3 +239,17 @@ fn read_is_read_only_and_sees_nothing_outside_its_grant() {
     assert!(r.1 && !r.2.contains("outside\n"), "{r:?}");
     assert_eq!(result(&results, "ok").2, "a\n");
 }
+
+#[test]
+fn a_pipe_is_refused_instead_of_hanging_the_call() {
+    let env = Env::new();
+    let fifo = env.project().join("pipe");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let results = read_calls(&env, &[("pipe", json!({"filePath": "pipe"}))]);
+    let r = result(&results, "pipe");
+    assert!(r.1 && r.2.contains("pipe is not a regular file"), "{r:?}");
+}

@@ -24,6 +24,8 @@ use crate::net::{HostPattern, HttpGate};
 
 /// What a guest may print before its writes start failing.
 const STDIO_CAP: usize = 64 * 1024;
+/// The largest progress metadata accepted from a guest.
+const PROGRESS_CAP: usize = 16 * 1024;
 /// The longest log line kept from a guest.
 const LOG_LINE_CAP: usize = 4096;
 
@@ -86,6 +88,13 @@ impl host::Host for GuestState {
         let Some(observer) = &self.observer else {
             return Ok(());
         };
+        if metadata.len() > PROGRESS_CAP {
+            tracing::warn!(
+                plugin = &*self.plugin,
+                "progress metadata over {PROGRESS_CAP} bytes; ignored"
+            );
+            return Ok(());
+        }
         match serde_json::from_str::<Value>(&metadata) {
             Ok(v @ Value::Object(_)) => {
                 observer.progress(title.map(|t| t.chars().take(200).collect()), v)

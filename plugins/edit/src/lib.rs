@@ -153,6 +153,12 @@ fn load(t: &Target) -> Result<Option<String>, Error> {
             t.shown
         )));
     }
+    if !meta.is_file() {
+        return Err(Error::failed(format!(
+            "{} is not a regular file (a pipe, socket or device); edit only edits files",
+            t.shown
+        )));
+    }
     if meta.len() > MAX_FILE_BYTES {
         return Err(Error::failed(format!(
             "{} is {} bytes; edit works on files up to {MAX_FILE_BYTES} bytes",

@@ -87,6 +87,12 @@ impl Tool for Read_ {
                 "{shown} is a directory, not a file; give read the path of a file inside it"
             )));
         }
+        // Opening a pipe would wait for a writer that may never come.
+        if !meta.is_file() {
+            return Err(Error::failed(format!(
+                "{shown} is not a regular file (a pipe, socket or device); read only reads files"
+            )));
+        }
         if let Some(ext) = std::path::Path::new(&path)
             .extension()
             .and_then(|e| e.to_str())

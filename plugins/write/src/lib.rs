@@ -64,6 +64,13 @@ impl Tool for Write {
                     t.shown, t.shown
                 )));
             }
+            // A pipe or device would block or do something other than store text.
+            Ok(m) if !m.is_file() => {
+                return Err(Error::failed(format!(
+                    "{} is not a regular file (a pipe, socket or device); write only writes files",
+                    t.shown
+                )));
+            }
             Ok(m) => Some(m.len()),
             Err(e) if e.kind() == ErrorKind::NotFound => None,
             Err(e) => return Err(fsx::io_error(Self::ID, "write", &t.shown, &e)),

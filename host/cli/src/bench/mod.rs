@@ -97,24 +97,37 @@ pub async fn bench(args: BenchArgs) -> Result<ExitCode> {
 
 async fn run_all(args: &BenchArgs, work: &Path) -> Result<Vec<Row>> {
     let q = args.quick;
+    let want = |part: &str| args.only.is_empty() || args.only.iter().any(|o| o == part);
     let mut rows = Vec::new();
-    eprintln!("bench: floor and P1 (one tool call through the real path)…");
-    rows.extend(parts::floor_and_p1(work, if q { 300 } else { 2000 }).await?);
-    eprintln!("bench: P2 (loop speed)…");
-    rows.extend(parts::loop_speed(work, if q { 200 } else { 1000 }).await?);
-    eprintln!("bench: P2 (peak RSS of a 2-turn run)…");
-    rows.extend(parts::two_turn_rss(work).await?);
-    eprintln!("bench: P3 (cold start with 10 plugins)…");
-    rows.extend(parts::cold_start(work).await?);
-    eprintln!("bench: P4 (concurrent sessions)…");
-    let ns: &[usize] = if q {
-        &[1, 10, 100]
-    } else {
-        &[1, 10, 100, 1000]
-    };
-    rows.extend(parts::concurrency(work, ns).await?);
-    eprintln!("bench: streaming ingest…");
-    rows.extend(parts::ingest(work, if q { 2000 } else { 10_000 }).await?);
+    if want("p1") {
+        eprintln!("bench: floor and P1 (one tool call through the real path)…");
+        rows.extend(parts::floor_and_p1(work, if q { 300 } else { 2000 }).await?);
+    }
+    if want("p2") {
+        eprintln!("bench: P2 (loop speed)…");
+        rows.extend(parts::loop_speed(work, if q { 200 } else { 1000 }).await?);
+    }
+    if want("rss") {
+        eprintln!("bench: P2 (peak RSS of a 2-turn run)…");
+        rows.extend(parts::two_turn_rss(work).await?);
+    }
+    if want("p3") {
+        eprintln!("bench: P3 (cold start with 10 plugins)…");
+        rows.extend(parts::cold_start(work).await?);
+    }
+    if want("p4") {
+        eprintln!("bench: P4 (concurrent sessions)…");
+        let ns: &[usize] = if q {
+            &[1, 10, 100]
+        } else {
+            &[1, 10, 100, 1000]
+        };
+        rows.extend(parts::concurrency(work, ns).await?);
+    }
+    if want("ingest") {
+        eprintln!("bench: streaming ingest…");
+        rows.extend(parts::ingest(work, if q { 2000 } else { 10_000 }).await?);
+    }
     Ok(rows)
 }
 

@@ -203,13 +203,39 @@ impl Ledger {
 
     /// Replace the session's own permission rules.
     pub fn set_session_permission(&self, id: &SessionId, rules: &[Rule]) -> Result<SessionInfo> {
-        let body = serde_json::to_string(rules).map_err(|e| CoreError::Internal(e.to_string()))?;
-        let n = self.conn().execute(
-            "UPDATE session SET permission = ?2, updated_at = ?3 WHERE id = ?1",
-            params![id.as_str(), body, now_ms()],
-        )?;
-        if n == 0 {
-            return Err(CoreError::SessionNotFound(id.clone()));
+        self.update_session_permission(id, |current| *current = rules.to_vec())
+    }
+
+    /// Change the session's own rules in one transaction, so two changes at
+    /// once (two prompts' tool switches, two `always` answers) both land.
+    pub fn update_session_permission(
+        &self,
+        id: &SessionId,
+        change: impl FnOnce(&mut Vec<Rule>),
+    ) -> Result<SessionInfo> {
+        {
+            let mut conn = self.conn();
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let current: Option<String> = tx
+                .query_row(
+                    "SELECT permission FROM session WHERE id = ?1",
+                    params![id.as_str()],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let Some(current) = current else {
+                return Err(CoreError::SessionNotFound(id.clone()));
+            };
+            let mut rules: Vec<Rule> =
+                decode(&current, || format!("permission rules of session {id}"))?;
+            change(&mut rules);
+            let body =
+                serde_json::to_string(&rules).map_err(|e| CoreError::Internal(e.to_string()))?;
+            tx.execute(
+                "UPDATE session SET permission = ?2, updated_at = ?3 WHERE id = ?1",
+                params![id.as_str(), body, now_ms()],
+            )?;
+            tx.commit()?;
         }
         let info = self.session(id)?;
         self.bus.publish(Event::SessionUpdated {

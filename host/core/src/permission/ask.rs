@@ -39,7 +39,34 @@ pub struct AttachGuard {
 
 impl Drop for AttachGuard {
     fn drop(&mut self) {
-        self.inner.attached.fetch_sub(1, Ordering::SeqCst);
+        // The last one to leave: nobody can answer what is still waiting.
+        if self.inner.attached.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let waiting: Vec<Pending> = {
+                let mut pending = self.inner.pending.lock().unwrap_or_else(|p| p.into_inner());
+                pending.drain().map(|(_, p)| p).collect()
+            };
+            for p in waiting {
+                let _ = p.tx.send(PermissionReply::Reject);
+                self.inner.ledger.bus().publish(Event::PermissionReplied {
+                    session_id: p.request.session_id.clone(),
+                    request_id: p.request.id.clone(),
+                    reply: PermissionReply::Reject,
+                });
+            }
+        }
+    }
+}
+
+/// Removes a question from the pending list when its asker goes away
+/// (answered, cancelled, or dropped with a call that timed out).
+struct Forget<'a> {
+    permissions: &'a Permissions,
+    id: String,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.permissions.lock().remove(&self.id);
     }
 }
 
@@ -97,15 +124,15 @@ impl Permissions {
                 tx,
             },
         );
-        bus.publish(Event::PermissionAsked { request });
-        let reply = tokio::select! {
-            r = rx => r.unwrap_or(PermissionReply::Reject),
-            _ = cancel.cancelled() => {
-                self.lock().remove(&request_id);
-                PermissionReply::Reject
-            }
+        let _forget = Forget {
+            permissions: self,
+            id: request_id,
         };
-        reply
+        bus.publish(Event::PermissionAsked { request });
+        tokio::select! {
+            r = rx => r.unwrap_or(PermissionReply::Reject),
+            _ = cancel.cancelled() => PermissionReply::Reject,
+        }
     }
 
     /// Answer a pending question. `Always` also adds session rules allowing
@@ -116,17 +143,23 @@ impl Permissions {
             return Err(format!("no pending permission request {request_id}"));
         };
         let session_id = p.request.session_id.clone();
-        let _ = p.tx.send(reply);
+        if p.tx.send(reply).is_err() {
+            // The asker is gone (its call ended): a late answer grants nothing.
+            return Err(format!("the question {request_id} is no longer waiting"));
+        }
         self.inner.ledger.bus().publish(Event::PermissionReplied {
             session_id: session_id.clone(),
             request_id: request_id.to_string(),
             reply,
         });
         if reply == PermissionReply::Always {
+            // Only literal patterns become rules; a glob here would allow more
+            // than the question was about.
             let added: Vec<Rule> = p
                 .request
                 .always
                 .iter()
+                .filter(|pattern| !pattern.contains(['*', '?']))
                 .map(|pattern| Rule {
                     permission: p.request.permission.clone(),
                     pattern: pattern.clone(),
@@ -139,11 +172,10 @@ impl Permissions {
     }
 
     fn allow_for_session(&self, session_id: &SessionId, added: Vec<Rule>) -> Result<(), String> {
-        let ledger = &self.inner.ledger;
-        let mut session = ledger.session(session_id).map_err(|e| e.to_string())?;
-        session.permission.extend(added);
-        let session = ledger
-            .set_session_permission(session_id, &session.permission)
+        let session = self
+            .inner
+            .ledger
+            .update_session_permission(session_id, |rules| rules.extend(added))
             .map_err(|e| e.to_string())?;
         let settled: Vec<String> = self
             .lock()
@@ -195,7 +227,7 @@ mod tests {
             session_id: session.clone(),
             permission: "edit".into(),
             patterns: vec!["a.txt".into()],
-            always: vec!["*".into()],
+            always: vec!["a.txt".into()],
             metadata: json!({}),
             call_id: None,
         }
@@ -249,7 +281,7 @@ mod tests {
             session.permission,
             vec![Rule {
                 permission: "edit".into(),
-                pattern: "*".into(),
+                pattern: "a.txt".into(),
                 action: Action::Allow
             }]
         );

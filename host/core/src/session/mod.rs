@@ -243,6 +243,31 @@ impl Core {
         Ok(last)
     }
 
+    /// Per-prompt tool switches as (permission, on). A switch names a tool
+    /// by id and acts on that tool's permission (`write` and `edit` share
+    /// `edit`). `false` adds a session deny; `true` only lifts the session's
+    /// own deny, so a prompt can never allow what the config forbids.
+    fn tool_switches(&self, tools: &BTreeMap<String, bool>) -> Result<Vec<(String, bool)>> {
+        if tools.is_empty() {
+            return Ok(Vec::new());
+        }
+        let known = self.inner.tools.tools();
+        tools
+            .iter()
+            .map(|(id, on)| match known.iter().find(|t| &t.id == id) {
+                Some(t) => Ok((t.permission.clone(), *on)),
+                None => Err(CoreError::Config(format!(
+                    "tools: no tool {id:?}; the tools are: {}",
+                    known
+                        .iter()
+                        .map(|t| t.id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))),
+            })
+            .collect()
+    }
+
     /// Write the user message of a prompt (and its tool switches).
     fn write_prompt(&self, session: &SessionInfo, input: &PromptInput) -> Result<MessageWithParts> {
         let agent_name = input
@@ -256,6 +281,7 @@ impl Core {
         if input.text.trim().is_empty() {
             return Err(CoreError::Config("the prompt is empty".into()));
         }
+        let switches = self.tool_switches(&input.tools)?;
 
         let info = MessageInfo::User(UserInfo {
             id: MessageId(id::ascending(MessageId::PREFIX)),
@@ -279,20 +305,25 @@ impl Core {
         self.inner.ledger.put_part(&part, PartWrite::Changed)?;
         self.inner.ledger.touch_session(&session.id)?;
 
-        if !input.tools.is_empty() {
-            let mut rules = session.permission.clone();
-            for (tool, on) in &input.tools {
-                let rule = Rule {
-                    permission: tool.clone(),
-                    pattern: "*".into(),
-                    action: if *on { Action::Allow } else { Action::Deny },
-                };
-                rules.retain(|r| !(r.permission == rule.permission && r.pattern == "*"));
-                rules.push(rule);
-            }
+        if !switches.is_empty() {
             self.inner
                 .ledger
-                .set_session_permission(&session.id, &rules)?;
+                .update_session_permission(&session.id, |rules| {
+                    for (permission, on) in &switches {
+                        rules.retain(|r| {
+                            !(&r.permission == permission
+                                && r.pattern == "*"
+                                && r.action == Action::Deny)
+                        });
+                        if !on {
+                            rules.push(Rule {
+                                permission: permission.clone(),
+                                pattern: "*".into(),
+                                action: Action::Deny,
+                            });
+                        }
+                    }
+                })?;
         }
 
         Ok(MessageWithParts {

@@ -67,12 +67,15 @@ enum Feedback {
         call_id: String,
         outcome: CallOutcome,
     },
-    Progress {
-        call_id: String,
-        title: Option<String>,
-        metadata: Value,
-    },
+    /// A guest reported progress; the latest report is in the slot (reports
+    /// that come faster than they are written replace each other).
+    Progress { call_id: String, slot: ProgressSlot },
 }
+
+type ProgressSlot = Arc<std::sync::Mutex<Option<(Option<String>, Value)>>>;
+
+/// Progress is written to the ledger at most this often per call.
+const PROGRESS_EVERY: Duration = Duration::from_millis(50);
 
 /// A text or reasoning part being streamed.
 struct Streamed {
@@ -95,6 +98,8 @@ pub(crate) struct Processor<'a> {
     streamed: HashMap<String, Streamed>,
     /// Text and reasoning parts finished during the current attempt.
     attempt_parts: Vec<Part>,
+    /// When each call's progress was last written.
+    progress_written: HashMap<String, Instant>,
     tasks: JoinSet<()>,
     in_flight: usize,
     feedback: mpsc::UnboundedSender<Feedback>,
@@ -129,6 +134,7 @@ impl<'a> Processor<'a> {
             calls: Vec::new(),
             streamed: HashMap::new(),
             attempt_parts: Vec::new(),
+            progress_written: HashMap::new(),
             tasks: JoinSet::new(),
             in_flight: 0,
             feedback,
@@ -499,6 +505,7 @@ impl<'a> Processor<'a> {
         );
         let progress_tx = self.feedback.clone();
         let progress_id = call_id.clone();
+        let slot: ProgressSlot = Arc::new(std::sync::Mutex::new(None));
         let request = CallRequest {
             ctx: crate::tool::CallContext {
                 session_id: self.session.id.clone(),
@@ -516,11 +523,16 @@ impl<'a> Processor<'a> {
             .concat(),
             cancel: self.cancel.child_token(),
             progress: Arc::new(move |title, metadata| {
-                let _ = progress_tx.send(Feedback::Progress {
-                    call_id: progress_id.clone(),
-                    title,
-                    metadata,
-                });
+                let mut latest = slot.lock().unwrap_or_else(|p| p.into_inner());
+                let notify = latest.is_none();
+                *latest = Some((title, metadata));
+                drop(latest);
+                if notify {
+                    let _ = progress_tx.send(Feedback::Progress {
+                        call_id: progress_id.clone(),
+                        slot: slot.clone(),
+                    });
+                }
             }),
         };
         let done_tx = self.feedback.clone();
@@ -541,15 +553,27 @@ impl<'a> Processor<'a> {
                 }
                 self.finish_call(&call_id, outcome)?;
             }
-            Feedback::Progress {
-                call_id,
-                title,
-                metadata,
-            } => {
-                if let Some(idx) = self.call_index(&call_id) {
+            Feedback::Progress { call_id, slot } => {
+                let latest = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let (Some((title, metadata)), Some(idx)) = (latest, self.call_index(&call_id)) {
                     // Progress for a call that already ended is dropped.
-                    let _ =
-                        self.transition(idx, |s, _| s.progress(title.clone(), metadata.clone()));
+                    if let PartBody::Tool { state, .. } = &mut self.calls[idx].body
+                        && let Ok(next) = state.progress(title, metadata)
+                    {
+                        *state = next;
+                        // Not a state change: the row is updated, the timeline is not,
+                        // and a chatty guest is written at most every PROGRESS_EVERY.
+                        let due = self
+                            .progress_written
+                            .get(&call_id)
+                            .is_none_or(|t| t.elapsed() >= PROGRESS_EVERY);
+                        if due {
+                            self.core
+                                .ledger
+                                .put_part(&self.calls[idx], PartWrite::Delta(""))?;
+                            self.progress_written.insert(call_id, Instant::now());
+                        }
+                    }
                 }
             }
         }

@@ -125,8 +125,20 @@ async fn boundary(env: &CallEnv, req: CallRequest) -> CallOutcome {
 
     // 3. before hooks, in order.
     for hook in hooks.iter().filter(|h| wants(&h.before, &tool.id)) {
-        if !hook_allowed(env, &req, hook, "before").await {
-            continue;
+        match hook_allowed(env, &req, hook, "before").await {
+            HookGate::Run => {}
+            HookGate::Skip => continue,
+            HookGate::Refused if hook.fail_open => continue,
+            HookGate::Refused => {
+                return CallOutcome::Failed {
+                    input,
+                    error: format!(
+                        "hook {} may not see this call (its permission was refused), and hooks fail closed: the call was blocked",
+                        hook.guest.plugin
+                    ),
+                    denied: true,
+                };
+            }
         }
         let started = Instant::now();
         let decision = env
@@ -256,8 +268,20 @@ async fn boundary(env: &CallEnv, req: CallRequest) -> CallOutcome {
 
     // 5. after hooks, in order.
     for hook in hooks.iter().filter(|h| wants(&h.after, &tool.id)) {
-        if !hook_allowed(env, &req, hook, "after").await {
-            continue;
+        match hook_allowed(env, &req, hook, "after").await {
+            HookGate::Run => {}
+            HookGate::Skip => continue,
+            HookGate::Refused if hook.fail_open => continue,
+            HookGate::Refused => {
+                return CallOutcome::Failed {
+                    input,
+                    error: format!(
+                        "after hook {} may not see this call (its permission was refused); the output was withheld because hooks fail closed",
+                        hook.guest.plugin
+                    ),
+                    denied: true,
+                };
+            }
         }
         let started = Instant::now();
         let decision = env
@@ -372,16 +396,29 @@ async fn check_call(env: &CallEnv, req: &CallRequest, input: &Value) -> Result<(
     }
 }
 
-/// Permission to hand the call to a hook guest: `hook.before` / `hook.after`
-/// on the plugin's name. Allowed unless a rule says otherwise.
-async fn hook_allowed(env: &CallEnv, req: &CallRequest, hook: &HookDef, stage: &str) -> bool {
+/// Whether a hook stage may see this call: `hook.before` / `hook.after` on
+/// the plugin's name. Only rules that name a hook permission apply (a
+/// `*` rule meant for tools never switches a guard off by accident); with
+/// none, the hook runs. An explicit deny skips the hook, as the operator
+/// asked; an `ask` that is refused blocks the call, since the hook may be
+/// what guards it.
+async fn hook_allowed(env: &CallEnv, req: &CallRequest, hook: &HookDef, stage: &str) -> HookGate {
     let permission = format!("hook.{stage}");
-    let eval = permission::evaluate(&permission, &hook.guest.plugin, &[&req.rules]);
+    let hook_rules: Vec<Rule> = req
+        .rules
+        .iter()
+        .filter(|r| r.permission.starts_with("hook"))
+        .cloned()
+        .collect();
+    if hook_rules.is_empty() {
+        return HookGate::Run;
+    }
+    let eval = permission::evaluate(&permission, &hook.guest.plugin, &[&hook_rules]);
     let subject = format!("hook:{}", hook.guest.plugin);
     let rule = eval.describe();
-    match eval.action {
-        Action::Allow => true,
-        Action::Deny => {
+    match (eval.action, eval.rule.is_some()) {
+        (Action::Allow, _) | (Action::Ask, false) => HookGate::Run,
+        (Action::Deny, _) => {
             audit(
                 env,
                 req,
@@ -393,20 +430,33 @@ async fn hook_allowed(env: &CallEnv, req: &CallRequest, hook: &HookDef, stage: &
                 None,
                 "skipped",
             );
-            false
+            HookGate::Skip
         }
-        Action::Ask => {
-            ask(
+        (Action::Ask, true) => {
+            let reply = ask(
                 env,
                 req,
                 &permission,
                 vec![hook.guest.plugin.clone()],
                 json!({"hook": hook.guest.plugin, "tool": req.tool.id}),
             )
-            .await
-                != PermissionReply::Reject
+            .await;
+            if reply == PermissionReply::Reject {
+                HookGate::Refused
+            } else {
+                HookGate::Run
+            }
         }
     }
+}
+
+/// What [`hook_allowed`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HookGate {
+    Run,
+    Skip,
+    /// The hook could not be asked to run: like a hook failure.
+    Refused,
 }
 
 async fn ask(
@@ -420,7 +470,7 @@ async fn ask(
         id: String::new(),
         session_id: req.ctx.session_id.clone(),
         permission: permission.to_string(),
-        always: patterns.clone(),
+        always: literal(&patterns),
         patterns: patterns.clone(),
         metadata,
         call_id: Some(req.ctx.call_id.clone()),
@@ -447,6 +497,33 @@ async fn ask(
         },
     );
     reply
+}
+
+/// The patterns an `always` answer may turn into rules: only literal ones.
+/// A pattern taken from the model's arguments (or `*` for a missing one)
+/// must never become a glob that allows more than was asked about.
+fn literal(patterns: &[String]) -> Vec<String> {
+    patterns
+        .iter()
+        .filter(|p| !p.contains(['*', '?']))
+        .cloned()
+        .collect()
+}
+
+/// Permissions a guest may not ask for itself: globs, hook switches and the
+/// doom-loop guard are the operator's.
+fn guest_may_ask(permission: &str) -> Result<(), String> {
+    if permission.is_empty()
+        || permission.contains(['*', '?'])
+        || permission.starts_with("hook")
+        || permission == "doom_loop"
+        || permission.chars().any(char::is_control)
+    {
+        return Err(format!(
+            "a plugin may not ask for the permission {permission:?}"
+        ));
+    }
+    Ok(())
 }
 
 fn rejected(env: &CallEnv, permission: &str, pattern: &str) -> String {
@@ -557,6 +634,7 @@ impl CallObserver for Observer {
         metadata: Value,
     ) -> Result<(), String> {
         // A guest's own question, audited like the host's: what, the rule, the answer.
+        guest_may_ask(&permission)?;
         let eval = permission::evaluate_all(&permission, &patterns, &[&self.rules]);
         let rule = eval.describe();
         let subject = format!("guest:{permission}");
@@ -594,7 +672,7 @@ impl CallObserver for Observer {
                     id: String::new(),
                     session_id: self.ctx.session_id.clone(),
                     permission: permission.clone(),
-                    always: patterns.clone(),
+                    always: literal(&patterns),
                     patterns: patterns.clone(),
                     metadata,
                     call_id: Some(self.ctx.call_id.clone()),
