@@ -77,19 +77,34 @@ fn a_model_calling_a_tool_on_the_last_step_gets_an_error_not_a_run() {
     env.config(json!({"agent": {"build": {"steps": 1}}}));
     env.cassette(json!([
         {"tool_calls": [{"id": "call_1", "name": "read", "arguments": {"filePath": "a.txt"}}]},
-        {"text": "sorry"}
+        {"text": "never asked: no steps are left"}
     ]));
     let run = env.run_json("read a.txt");
     assert!(run.status.success(), "{}", run.stderr);
     let reqs = env.requests();
+    assert_eq!(reqs.len(), 1, "the only step was used");
     assert!(offered(&reqs[0]).is_empty());
-    let results = tool_results(&reqs[1]);
-    assert!(results[0].1);
+    let calls = tool_parts(&env.ledger().messages(&run.session()).unwrap());
+    match &calls[0].1 {
+        ToolState::Error { error, .. } => {
+            assert!(
+                error.contains("unknown tool `read`: no tools are available on this step"),
+                "{error}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    let warning = run
+        .events
+        .iter()
+        .find(|e| e["type"] == "session.warning")
+        .unwrap();
     assert!(
-        results[0]
-            .2
-            .contains("unknown tool `read`: no tools are available on this step"),
-        "{results:?}"
+        warning["message"]
+            .as_str()
+            .unwrap()
+            .contains("used all its 1 steps"),
+        "{warning}"
     );
 }
 

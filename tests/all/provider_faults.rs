@@ -419,6 +419,54 @@ fn an_anthropic_overloaded_event_mid_stream_is_retried() {
 }
 
 #[test]
+fn a_stream_that_fails_after_a_tool_started_is_not_asked_again() {
+    // The tool call is complete (its block closed) before the error arrives:
+    // asking again could run it twice, so the step ends with it instead.
+    let failed = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"read\",\"input\":{}}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"filePath\\\": \\\"notes.txt\\\"}\"}}\n\n",
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+        "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+    );
+    let server = MockProvider::start(vec![
+        Reply::sse(failed),
+        anthropic_turn(None, "Remember the milk.", None),
+    ]);
+    let env = Env::new();
+    env.file("notes.txt", NOTES);
+    env.config(json!({
+        "provider": {"anthropic": {"base_url": server.url()}},
+        "retry": {"max_attempts": 3, "initial_delay_ms": 10},
+    }));
+    let run = run_model(&env, "anthropic/claude-test", "notes?", &[]);
+    assert!(run.status.success(), "{}\n{}", run.stdout, run.stderr);
+    assert!(retries(&run).is_empty(), "not asked again");
+    let warning = run
+        .events
+        .iter()
+        .find(|e| e["type"] == "session.warning")
+        .unwrap();
+    assert!(
+        warning["message"]
+            .as_str()
+            .unwrap()
+            .contains("after it had called tools"),
+        "{warning}"
+    );
+    let received = server.received();
+    assert_eq!(received.len(), 2, "the next request carries the result");
+    let msgs = env.ledger().messages(&run.session()).unwrap();
+    let calls: Vec<_> = msgs
+        .iter()
+        .flat_map(|m| m.parts.iter())
+        .filter_map(|p| p.tool_state().map(|s| s.status()))
+        .collect();
+    assert_eq!(calls, ["completed"], "the tool ran once");
+    assert!(received[1].body.to_string().contains("toolu_1"));
+}
+
+#[test]
 fn a_context_overflow_is_not_retried_but_compacted_and_the_session_completes() {
     let server = MockProvider::start(vec![
         Reply::json(

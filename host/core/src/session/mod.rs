@@ -35,6 +35,24 @@ use crate::tool::ToolHost;
 use runner::Runners;
 use status::StatusBoard;
 
+/// Ends a run's hold on its session when dropped.
+struct Release<'a> {
+    core: &'a Core,
+    session: &'a SessionId,
+    heartbeat: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.heartbeat.abort();
+        let inner = &self.core.inner;
+        inner.status.set(self.session, SessionStatus::Idle);
+        if let Err(e) = inner.ledger.release_lease(self.session, &inner.holder) {
+            tracing::warn!(session = %self.session, error = %e, "could not release the runner lease");
+        }
+    }
+}
+
 /// What a user sends.
 #[derive(Debug, Clone, Default)]
 pub struct PromptInput {
@@ -228,6 +246,7 @@ impl Core {
         let user_id = message.info.id().clone();
         // A run that was already ending when this message landed may not have
         // seen it; run again until an answer to it exists.
+        self.inner.runners.take_aborted(&session.id);
         let mut last = self.run(&session.id).await?;
         for _ in 0..3 {
             let msgs = self.inner.ledger.messages(&session.id)?;
@@ -235,7 +254,9 @@ impl Core {
                 .iter()
                 .filter_map(history::assistant)
                 .any(|a| a.id > user_id && a.completed.is_some());
-            if answered {
+            // An abort ends the prompt too, even if it landed before an answer began.
+            let aborted = self.inner.runners.take_aborted(&session.id);
+            if answered || aborted {
                 break;
             }
             last = self.run(&session.id).await?;
@@ -448,13 +469,15 @@ impl Core {
                 }
             })
         };
-        let result = run_loop::run(&self.inner, session, &cancel).await;
-        heartbeat.abort();
-        self.inner.status.set(session, SessionStatus::Idle);
-        if let Err(e) = ledger.release_lease(session, holder) {
-            tracing::warn!(%session, error = %e, "could not release the runner lease");
-        }
-        result
+        // Whatever way the run ends (an error, a panic caught by the runner, a
+        // dropped future), the heartbeat stops, the status goes idle and the
+        // lease is given back.
+        let _release = Release {
+            core: self,
+            session,
+            heartbeat,
+        };
+        run_loop::run(&self.inner, session, &cancel).await
     }
 }
 

@@ -166,6 +166,21 @@ impl<'a> Processor<'a> {
                 Err(h) => Err(h),
             };
             match r {
+                // Asking again would have the model call the same tools again,
+                // running their side effects twice: end the step with the calls
+                // it made, and let their results go back to it.
+                Err(Halt::Provider(e)) if self.any_call_started() => {
+                    self.info
+                        .finish
+                        .get_or_insert(warden_protocol::FinishReason::ToolCalls);
+                    self.core.ledger.bus().publish(Event::SessionWarning {
+                        session_id: session_id.clone(),
+                        message: format!(
+                            "the model's stream failed after it had called tools ({e}); the step ends with those calls instead of asking again"
+                        ),
+                    });
+                    break Ok(());
+                }
                 Err(Halt::Provider(e)) => match self.core.retry.delay(attempt, &e) {
                     Some(wait) => {
                         // What the failed attempt streamed is closed and set aside
@@ -309,9 +324,34 @@ impl<'a> Processor<'a> {
                     return Ok(true);
                 }
                 Some(fb) = rx.recv() => self.apply(fb)?,
+                // A call task that died without reporting (a bug, a panic) must
+                // not leave the step waiting for it forever.
+                Some(joined) = self.tasks.join_next() => {
+                    if let Err(e) = joined && e.is_panic() {
+                        tracing::error!("a tool call task panicked; its part ends as an error");
+                        self.in_flight = self.in_flight.saturating_sub(1);
+                        self.fail_orphaned_running("warden failed while running this call")?;
+                    }
+                }
             }
         }
         Ok(false)
+    }
+
+    /// Whether a tool call of this step has begun running.
+    fn any_call_started(&self) -> bool {
+        self.calls.iter().any(|p| {
+            p.tool_state()
+                .is_some_and(|s| !matches!(s, ToolState::Pending { .. }))
+        })
+    }
+
+    /// Running calls whose task is gone end as interrupted errors.
+    fn fail_orphaned_running(&mut self, reason: &str) -> Result<()> {
+        if self.in_flight == 0 {
+            self.interrupt_calls(false, reason)?;
+        }
+        Ok(())
     }
 
     async fn handle(&mut self, ev: LlmEvent) -> Result<(), Halt> {

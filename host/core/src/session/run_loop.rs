@@ -93,6 +93,20 @@ pub(crate) async fn run(
             .count() as u32
             + 1;
         let last_step = agent.steps.is_some_and(|max| step >= max);
+        // The last step offers no tools; a model that calls one anyway gets an
+        // error result, and here the loop stops rather than go on forever.
+        if let Some(max) = agent.steps
+            && step > max
+        {
+            core.ledger.bus().publish(Event::SessionWarning {
+                session_id: session_id.clone(),
+                message: format!(
+                    "the agent {} used all its {max} steps for this prompt",
+                    agent.name
+                ),
+            });
+            break;
+        }
 
         let info = AssistantInfo {
             id: MessageId(id::ascending(MessageId::PREFIX)),

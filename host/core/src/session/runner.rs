@@ -27,6 +27,8 @@ struct Running {
 #[derive(Clone, Default)]
 pub struct Runners {
     map: Arc<Mutex<HashMap<SessionId, Running>>>,
+    /// Sessions cancelled since their prompt last looked.
+    aborted: Arc<Mutex<std::collections::HashSet<SessionId>>>,
 }
 
 impl Runners {
@@ -93,10 +95,22 @@ impl Runners {
         match self.lock().get(session) {
             Some(r) => {
                 r.cancel.cancel();
+                self.aborted
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(session.clone());
                 true
             }
             None => false,
         }
+    }
+
+    /// Whether the session was cancelled since this was last asked.
+    pub fn take_aborted(&self, session: &SessionId) -> bool {
+        self.aborted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(session)
     }
 
     /// Whether this process is running the session.
