@@ -30,7 +30,7 @@ impl Drop for Server {
 
 impl Server {
     fn start(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Server {
-        let mut args = vec!["serve", "--port", "0"];
+        let mut args = vec!["serve", "--port", "0", "--allow-scripted"];
         args.extend_from_slice(extra);
         let mut cmd = env.warden(&args);
         for (k, v) in vars {
@@ -755,4 +755,71 @@ async fn two_servers_on_one_ledger_never_run_a_session_at_once_and_one_takes_ove
     );
     let (_, view) = send(&c, "GET", &b.url(&format!("/session/{id}")), None).await;
     assert_eq!(view["status"]["type"], "idle");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_only_localhost_names_and_no_cassettes_unless_allowed() {
+    let env = Env::new();
+    env.cassette(json!([{"text": "hi"}]));
+    // Started without --allow-scripted.
+    let mut cmd = env.warden(&["serve", "--port", "0"]);
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let s = Server {
+        base: line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap()
+            .to_string(),
+        child,
+    };
+    let c = client();
+    // A page that rebinds its own name to 127.0.0.1 still sends its name.
+    let rebound = c
+        .get(s.url("/session"))
+        .header("host", "evil.example:4096")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rebound.status().as_u16(), 403);
+    let body: Value = serde_json::from_str(&rebound.text().await.unwrap()).unwrap();
+    assert_eq!(body["error"]["code"], "forbidden_host");
+    let cross = c
+        .get(s.url("/session"))
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cross.status().as_u16(), 403);
+    let local = c
+        .get(s.url("/session"))
+        .header("host", "localhost")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(local.status().as_u16(), 200);
+
+    let id = new_session(&c, &s, &env).await;
+    let (status, body) = send(
+        &c,
+        "POST",
+        &s.url(&format!("/session/{id}/message")),
+        Some(json!({"text": "hi", "model": model(&env)})),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--allow-scripted"),
+        "{body}"
+    );
 }

@@ -22,9 +22,13 @@ pub struct ServeArgs {
     /// A token every request must carry (Authorization: Bearer TOKEN).
     #[arg(long, env = "WARDEN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// The working directory of sessions created without one (default: the current directory).
+    /// The directory sessions work in: the default, and the root every
+    /// session's directory must be inside (default: the current directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Let HTTP clients pick scripted:PATH models (cassettes), for tests and demos.
+    #[arg(long)]
+    pub allow_scripted: bool,
     #[command(flatten)]
     pub common: Common,
 }
@@ -58,6 +62,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
             token,
             directory: dir,
             plugins,
+            allow_scripted: args.allow_scripted,
             ..ServerOptions::default()
         },
     );

@@ -2,7 +2,7 @@
 //! `{"error": {"code": "...", "message": "..."}}`, never a bare text.
 
 use axum::Json;
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -109,6 +109,35 @@ impl From<JsonRejection> for ApiError {
                 Self::bad_request(format!("the body does not fit: {}", e.body_text()))
             }
             other => Self::bad_request(other.body_text()),
+        }
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> Self {
+        Self::bad_request(format!("the query string does not fit: {}", r.body_text()))
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> Self {
+        Self::bad_request(format!("the path does not fit: {}", r.body_text()))
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    fn from(r: BytesRejection) -> Self {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Self::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!(
+                    "the body is larger than the server accepts ({})",
+                    r.body_text()
+                ),
+            )
+        } else {
+            Self::bad_request(r.body_text())
         }
     }
 }

@@ -7,7 +7,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::Stream;
 use serde::Deserialize;
@@ -31,7 +31,7 @@ pub struct EventQuery {
     responses((status = 200, description = "text/event-stream of bus events", content_type = "text/event-stream")))]
 pub async fn events(
     State(state): State<AppState>,
-    Query(q): Query<EventQuery>,
+    crate::routes::ApiQuery(q): crate::routes::ApiQuery<EventQuery>,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let rx = state.core.bus().subscribe();
     let attached = state.core.permissions().attach();

@@ -34,12 +34,16 @@ pub struct ServerOptions {
     /// Required on every request when set: `Authorization: Bearer TOKEN`
     /// (or `?token=TOKEN`, for EventSource clients that cannot set headers).
     pub token: Option<String>,
-    /// The working directory of sessions created without one.
+    /// The working directory of sessions created without one, and the root
+    /// every session's directory must be inside.
     pub directory: PathBuf,
     /// What `GET /plugin` answers: one object per plugin.
     pub plugins: Vec<Value>,
     /// The largest request body accepted, in bytes.
     pub body_limit: usize,
+    /// Let HTTP clients choose `scripted:PATH` models (a cassette names a
+    /// file it appends to, so this is for tests and demos, not exposure).
+    pub allow_scripted: bool,
 }
 
 impl Default for ServerOptions {
@@ -49,6 +53,7 @@ impl Default for ServerOptions {
             directory: PathBuf::from("."),
             plugins: Vec::new(),
             body_limit: 1 << 20,
+            allow_scripted: false,
         }
     }
 }
@@ -116,9 +121,28 @@ pub fn router(core: Core, options: ServerOptions) -> Router {
     .with_state(state)
 }
 
-/// Refuse requests without the token, when one is set.
+/// Refuse requests without the token, when one is set; without one, refuse
+/// requests not addressed to this machine by name (a web page that rebinds
+/// its own domain to 127.0.0.1 must not reach the API).
 async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let Some(token) = &state.options.token else {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let origin = request
+            .headers()
+            .get(header::ORIGIN)
+            .and_then(|v| v.to_str().ok());
+        if !is_loopback_host(host) || origin.is_some_and(|o| !is_loopback_origin(o)) {
+            return ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden_host",
+                "without a token this server only answers requests addressed to localhost; start it with --token to serve other names",
+            )
+            .into_response();
+        }
         return next.run(request).await;
     };
     let from_header = request
@@ -143,7 +167,56 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
     }
 }
 
+/// `localhost`, `127.0.0.1` or `[::1]`, with any port.
+fn is_loopback_host(host: &str) -> bool {
+    let name = if let Some(v6) = host.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, _)| h)
+    };
+    matches!(
+        name.to_ascii_lowercase().as_str(),
+        "localhost" | "127.0.0.1" | "::1"
+    )
+}
+
+fn is_loopback_origin(origin: &str) -> bool {
+    origin
+        .split_once("://")
+        .is_some_and(|(scheme, host)| matches!(scheme, "http" | "https") && is_loopback_host(host))
+}
+
 /// Whether binding to `addr` needs a token: anything but loopback does.
 pub fn needs_token(addr: &SocketAddr) -> bool {
     !addr.ip().is_loopback()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_names_pass_without_a_token() {
+        for ok in [
+            "localhost",
+            "localhost:4096",
+            "127.0.0.1:80",
+            "[::1]:4096",
+            "LOCALHOST",
+        ] {
+            assert!(is_loopback_host(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "evil.example",
+            "evil.example:4096",
+            "127.0.0.1.nip.io",
+            "10.0.0.1:4096",
+        ] {
+            assert!(!is_loopback_host(bad), "{bad}");
+        }
+        assert!(is_loopback_origin("http://localhost:3000"));
+        assert!(!is_loopback_origin("https://evil.example"));
+        assert!(!is_loopback_origin("null"));
+    }
 }

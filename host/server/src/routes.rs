@@ -2,10 +2,9 @@
 //! OpenAPI document at `/doc` comes from.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use axum::Json;
-use axum::extract::{FromRequest, Path, Query, State};
+use axum::extract::{FromRequest, FromRequestParts, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -23,6 +22,30 @@ use crate::error::{ApiError, ErrorBody};
 #[derive(FromRequest)]
 #[from_request(via(axum::Json), rejection(ApiError))]
 pub struct ApiJson<T>(pub T);
+
+/// `Path`, answering malformed paths with the JSON error body.
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub struct ApiPath<T>(pub T);
+
+/// `Query`, answering malformed query strings with the JSON error body.
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub struct ApiQuery<T>(pub T);
+
+/// A raw body, answering one over the limit with the JSON error body.
+pub struct ApiBytes(pub axum::body::Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for ApiBytes {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        axum::body::Bytes::from_request(req, state)
+            .await
+            .map(ApiBytes)
+            .map_err(ApiError::from)
+    }
+}
 
 /// Liveness and version.
 #[derive(Serialize, ToSchema)]
@@ -77,7 +100,7 @@ pub struct CreateSession {
     responses((status = 201, body = SessionView), (status = 400, body = ErrorBody)))]
 pub async fn create_session(
     State(state): State<AppState>,
-    body: axum::body::Bytes,
+    ApiBytes(body): ApiBytes,
 ) -> Result<(StatusCode, Json<SessionView>), ApiError> {
     // The body is optional: `POST /session` with none makes a default session.
     let body: CreateSession = if body.iter().all(u8::is_ascii_whitespace) {
@@ -86,10 +109,30 @@ pub async fn create_session(
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request(format!("the body does not fit: {e}")))?
     };
-    let dir = body
-        .directory
-        .map(PathBuf::from)
-        .unwrap_or_else(|| state.options.directory.clone());
+    let root = std::fs::canonicalize(&state.options.directory).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("the server's directory: {e}"),
+        )
+    })?;
+    let dir = match body.directory {
+        Some(d) => {
+            // Only inside the server's directory: a client must not pick what
+            // the tools of its session may read and write on this machine.
+            let dir = std::fs::canonicalize(&d).map_err(|e| {
+                ApiError::bad_request(format!("the directory {d:?} cannot be used: {e}"))
+            })?;
+            if !dir.starts_with(&root) {
+                return Err(ApiError::bad_request(format!(
+                    "the directory {d:?} is outside the server's directory {}; start the server with --dir to serve it",
+                    root.display()
+                )));
+            }
+            dir
+        }
+        None => root,
+    };
     let title = body.title.unwrap_or_else(|| "New session".into());
     let session = state.core.create_session(&dir, &title)?;
     Ok((StatusCode::CREATED, Json(view(&state, session))))
@@ -99,7 +142,7 @@ pub async fn create_session(
     responses((status = 200, body = SessionView), (status = 404, body = ErrorBody)))]
 pub async fn get_session(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<SessionView>, ApiError> {
     let session = state.core.ledger().session(&SessionId(id))?;
     Ok(Json(view(&state, session)))
@@ -109,7 +152,7 @@ pub async fn get_session(
     responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn delete_session(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     state.core.delete_session(&SessionId(id))?;
     Ok(StatusCode::NO_CONTENT)
@@ -119,7 +162,7 @@ pub async fn delete_session(
     responses((status = 200, body = [MessageWithParts]), (status = 404, body = ErrorBody)))]
 pub async fn messages(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Vec<MessageWithParts>>, ApiError> {
     let id = SessionId(id);
     state.core.ledger().session(&id)?;
@@ -157,6 +200,11 @@ fn prompt_input(
         Some(m) => Some(Models::parse(m)?),
         None => None,
     };
+    if model.as_ref().is_some_and(|m| m.provider == "scripted") && !state.options.allow_scripted {
+        return Err(ApiError::bad_request(
+            "scripted models are off for HTTP clients; start the server with --allow-scripted to use cassettes",
+        ));
+    }
     // Check the model now, so a bad one is a 400 and not a failed run.
     let model = state
         .core
@@ -179,7 +227,7 @@ fn prompt_input(
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn prompt(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<PromptBody>,
 ) -> Result<Json<MessageWithParts>, ApiError> {
     let input = prompt_input(&state, SessionId(id), body)?;
@@ -198,7 +246,7 @@ pub struct Accepted {
     responses((status = 202, body = Accepted), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn prompt_async(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<PromptBody>,
 ) -> Result<(StatusCode, Json<Accepted>), ApiError> {
     let session_id = SessionId(id);
@@ -230,7 +278,7 @@ pub struct Aborted {
     responses((status = 200, body = Aborted), (status = 404, body = ErrorBody)))]
 pub async fn abort(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Aborted>, ApiError> {
     let id = SessionId(id);
     state.core.ledger().session(&id)?;
@@ -250,7 +298,7 @@ pub struct PermissionQuery {
     responses((status = 200, body = [PermissionRequest])))]
 pub async fn pending_permissions(
     State(state): State<AppState>,
-    Query(q): Query<PermissionQuery>,
+    ApiQuery(q): ApiQuery<PermissionQuery>,
 ) -> Json<Vec<PermissionRequest>> {
     let session = q.session.map(SessionId);
     Json(state.core.permissions().pending(session.as_ref()))
@@ -273,7 +321,7 @@ pub struct Replied {
     responses((status = 200, body = Replied), (status = 404, body = ErrorBody)))]
 pub async fn reply_permission(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<ReplyBody>,
 ) -> Result<Json<Replied>, ApiError> {
     state
