@@ -237,3 +237,75 @@ fn sessions_can_be_listed_shown_and_exported() {
     assert_eq!(statuses, ["pending", "running", "completed"]);
     assert_eq!(export["audit"].as_array().unwrap().len(), 2);
 }
+
+/// Run `warden ARGS` on a pseudo-terminal (util-linux `script`), answer the
+/// first permission question with `answer`, and return everything printed.
+fn on_a_terminal(env: &Env, args: &str, answer: &str) -> String {
+    use std::io::{Read, Write};
+    let cmd = format!("{} {args}", env!("CARGO_BIN_EXE_warden"));
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .current_dir(env.project())
+        .env("WARDEN_DATA_DIR", env.data())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("util-linux script runs the binary on a pseudo-terminal");
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("[r]eject: ") {
+        let n = stdout.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "the question never came: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    child
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(format!("{answer}\n").as_bytes())
+        .unwrap();
+    stdout.read_to_end(&mut seen).unwrap();
+    child.wait().unwrap();
+    String::from_utf8_lossy(&seen).replace('\r', "")
+}
+
+#[test]
+fn a_terminal_answers_permission_questions() {
+    let env = Env::new();
+    env.file("a.txt", "hello\n");
+    env.config(json!({"permission": {"read": "ask"}}));
+    let cassette = env.cassette(json!([
+        {"tool_calls": [{"id": "c1", "name": "read", "arguments": {"filePath": "a.txt"}}]},
+        {"text": "it says hello"}
+    ]));
+    let args = format!("run --model scripted:{} 'read a.txt'", cassette.display());
+    let out = on_a_terminal(&env, &args, "o");
+    assert!(
+        out.contains("allow read on a.txt? [o]nce / [a]lways / [r]eject: "),
+        "{out}"
+    );
+    assert!(out.contains("permission allowed once"), "{out}");
+    assert!(out.contains("read  c1  completed"), "{out}");
+    assert!(out.contains("it says hello"), "{out}");
+
+    let env = Env::new();
+    env.file("a.txt", "hello\n");
+    env.config(json!({"permission": {"read": "ask"}}));
+    let cassette = env.cassette(json!([
+        {"tool_calls": [{"id": "c1", "name": "read", "arguments": {"filePath": "a.txt"}}]},
+        {"text": "never"}
+    ]));
+    let args = format!("run --model scripted:{} 'read a.txt'", cassette.display());
+    let out = on_a_terminal(&env, &args, "r");
+    assert!(out.contains("permission denied"), "{out}");
+    assert!(out.contains("the user rejected it"), "{out}");
+    assert!(
+        !out.contains("never"),
+        "the loop stopped at the rejection: {out}"
+    );
+}

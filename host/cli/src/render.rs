@@ -43,6 +43,7 @@ impl Renderer {
     }
 
     fn line(&mut self, text: &str) {
+        let text = &clean(text);
         let mut out = std::io::stdout().lock();
         if self.mid_line {
             let _ = writeln!(out);
@@ -86,7 +87,7 @@ impl Renderer {
                     if text.len() > *done && text.is_char_boundary(*done) {
                         self.printed_any = true;
                         let mut out = std::io::stdout().lock();
-                        let _ = write!(out, "{}", &text[*done..]);
+                        let _ = write!(out, "{}", clean(&text[*done..]));
                         let _ = out.flush();
                         *done = text.len();
                         self.mid_line = !text.ends_with('\n');
@@ -196,6 +197,20 @@ fn clip(s: &str, max: usize) -> String {
     }
 }
 
+/// Model, plugin and provider text shown on a terminal, without control
+/// characters (an escape sequence could rewrite what a question says).
+fn clean(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                '?'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
 /// Run `work` while rendering the session's events, answering permission
 /// questions on the terminal when one is attached. Returns what `work` returns
 /// once every event it caused has been rendered.
@@ -212,6 +227,8 @@ where
     let interactive =
         format == Format::Text && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let _attached = interactive.then(|| core.permissions().attach());
+    // One question at a time, from one thread: answers go to the question shown.
+    let asker = interactive.then(|| terminal_asker(core.permissions().clone()));
     let mut renderer = Renderer::new(format, session.clone());
     tokio::pin!(work);
     let result = loop {
@@ -220,15 +237,10 @@ where
             e = rx.recv() => match e {
                 Ok(ev) => {
                     renderer.event(&ev);
-                    if interactive && let Event::PermissionAsked { request } = &*ev
-                        && &request.session_id == session {
-                        let permissions = core.permissions().clone();
-                        let id = request.id.clone();
-                        let question = format!("allow {} on {}? [o]nce / [a]lways / [r]eject: ", request.permission, request.patterns.join(", "));
-                        tokio::task::spawn_blocking(move || {
-                            let reply = ask_terminal(&question);
-                            let _ = permissions.reply(&id, reply);
-                        });
+                    if let (Some(asker), Event::PermissionAsked { request }) = (&asker, &*ev)
+                        && &request.session_id == session
+                    {
+                        let _ = asker.send(request.clone());
                     }
                 }
                 Err(RecvError::Lagged(n)) => renderer.lagged(n),
@@ -241,6 +253,34 @@ where
     }
     renderer.finish();
     result
+}
+
+/// A thread that asks the terminal each question in turn, skipping those
+/// settled meanwhile (e.g. by an `always` answer to an earlier one).
+fn terminal_asker(
+    permissions: warden_core::permission::Permissions,
+) -> std::sync::mpsc::Sender<warden_protocol::PermissionRequest> {
+    let (tx, rx) = std::sync::mpsc::channel::<warden_protocol::PermissionRequest>();
+    // A plain thread, not the runtime's blocking pool: one waiting on a line
+    // that never comes must not hold up the process's exit.
+    std::thread::spawn(move || {
+        for request in rx {
+            if !permissions
+                .pending(Some(&request.session_id))
+                .iter()
+                .any(|p| p.id == request.id)
+            {
+                continue;
+            }
+            let question = clean(&format!(
+                "allow {} on {}? [o]nce / [a]lways / [r]eject: ",
+                request.permission,
+                request.patterns.join(", ")
+            ));
+            let _ = permissions.reply(&request.id, ask_terminal(&question));
+        }
+    });
+    tx
 }
 
 fn ask_terminal(question: &str) -> PermissionReply {
