@@ -590,3 +590,67 @@ fn plugin_add_installs_a_pinned_plugin_that_later_runs_load() {
     assert!(run.status.success());
     assert_eq!(tool_results(&env.requests()[1])[0].2, r#"{"x":1}"#);
 }
+
+#[test]
+fn tools_cannot_change_wardens_config_or_touch_its_data() {
+    let env = Env::new();
+    env.config(
+        json!({"permission": {"*": "allow"}, "experimental": {"continue_loop_on_deny": true}}),
+    );
+    let config = env.project().join("warden.json");
+    let before = std::fs::read_to_string(&config).unwrap();
+    // The data dir inside the project, where a careless setup might put it.
+    let data = env.project().join(".warden");
+    let cassette = env.cassette(json!([
+        {"tool_calls": [
+            {"id": "write", "name": "write", "arguments": {"filePath": "warden.json", "content": "{\"permission\": \"allow\"}"}},
+            {"id": "edit", "name": "edit", "arguments": {"filePath": "./sub/../warden.json", "oldString": "*", "newString": "x"}},
+            {"id": "read", "name": "read", "arguments": {"filePath": "warden.json"}},
+            {"id": "ledger", "name": "read", "arguments": {"filePath": ".warden/ledger.db"}}
+        ]},
+        {"text": "done"}
+    ]));
+    let out = env
+        .warden(&[
+            "run",
+            "--format",
+            "json",
+            "--model",
+            &format!("scripted:{}", cassette.display()),
+            "change the config",
+        ])
+        .env("WARDEN_DATA_DIR", &data)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        before,
+        "the config is unchanged"
+    );
+    let results = tool_results(&env.requests()[1]);
+    let r = |id: &str| results.iter().find(|r| r.0 == id).unwrap().clone();
+    for id in ["write", "edit"] {
+        assert!(
+            r(id).1
+                && r(id)
+                    .2
+                    .contains("is warden's own configuration and no tool may change it"),
+            "{id}: {:?}",
+            r(id)
+        );
+    }
+    assert!(!r("read").1, "reading the config is fine: {:?}", r("read"));
+    assert!(
+        r("ledger").1
+            && r("ledger")
+                .2
+                .contains("ledger.db is warden's own data and no tool may use it"),
+        "{:?}",
+        r("ledger")
+    );
+}

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use warden_core::llm::Models;
+use warden_core::tool::call::Protected;
 use warden_core::{Bus, Config, Core, CoreOptions, Ledger};
 use warden_runtime::WasmHost;
 
@@ -54,19 +55,50 @@ pub struct App {
 /// Load the plugins and build the core.
 pub async fn build(common: &Common, dir: &Path) -> Result<App> {
     let data_dir = data_dir(common)?;
-    let (config, _) = config(common, dir)?;
+    let (config, config_path) = config(common, dir)?;
     let ledger = ledger(&data_dir)?;
     let host = Arc::new(
         load_host(&config, &data_dir)
             .await
             .context("cannot load the plugins")?,
     );
+    let mut options = CoreOptions::default();
+    if let Some(ms) = std::env::var("WARDEN_LEASE_TTL_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        options.lease_ttl = std::time::Duration::from_millis(ms.max(100));
+    }
+    // warden's own files: the config may be read but never changed by a tool;
+    // the ledger (every session's history), the compiled cache and the
+    // installed plugins not even read. (The demo's scratch projects, also in
+    // the data dir, are ordinary working directories.)
+    if let Some(path) = config_path.and_then(|p| std::fs::canonicalize(p).ok()) {
+        options.protected.push(Protected {
+            path,
+            writes_only: true,
+        });
+    }
+    if let Ok(data) = std::fs::canonicalize(&data_dir) {
+        for name in [
+            "ledger.db",
+            "ledger.db-wal",
+            "ledger.db-shm",
+            "cache",
+            "plugins",
+        ] {
+            options.protected.push(Protected {
+                path: data.join(name),
+                writes_only: false,
+            });
+        }
+    }
     let core = Core::new(
         ledger,
         host.clone(),
         Arc::new(Models::from_config(&config)),
         config,
-        CoreOptions::default(),
+        options,
     )?;
     Ok(App {
         core,

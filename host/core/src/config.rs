@@ -188,6 +188,31 @@ pub enum DirMode {
     ReadWrite,
 }
 
+/// The built-in plugins' names (their grants can be replaced in `builtin_grants`).
+pub const BUILTINS: &[&str] = &["read", "write", "edit", "list", "glob", "grep", "webfetch"];
+
+impl Grants {
+    /// Limits within sane bounds, so a typo cannot overflow them.
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=4096).contains(&self.memory_mb) {
+            return Err(format!("memory_mb is {}; give 1 to 4096", self.memory_mb));
+        }
+        if !(1..=3_600_000).contains(&self.timeout_ms) {
+            return Err(format!(
+                "timeout_ms is {}; give 1 to 3600000 (an hour)",
+                self.timeout_ms
+            ));
+        }
+        if !(1..=1_048_576).contains(&self.max_output_kb) {
+            return Err(format!(
+                "max_output_kb is {}; give 1 to 1048576 (1 GiB)",
+                self.max_output_kb
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Config {
     /// Read a config file. Relative plugin paths are made relative to it.
     pub fn load(path: &Path) -> Result<Config, String> {
@@ -231,6 +256,19 @@ impl Config {
                     p.name
                 ));
             }
+            p.grants
+                .check()
+                .map_err(|e| format!("plugins.{}.grants: {e}", p.name))?;
+        }
+        for (name, g) in &config.builtin_grants {
+            if !BUILTINS.contains(&name.as_str()) {
+                return Err(format!(
+                    "builtin_grants.{name}: there is no built-in plugin {name:?}; the built-ins are {}",
+                    BUILTINS.join(", ")
+                ));
+            }
+            g.check()
+                .map_err(|e| format!("builtin_grants.{name}: {e}"))?;
         }
         Ok(config)
     }
@@ -274,6 +312,18 @@ mod tests {
         assert!(
             Config::parse(r#"{"plugins": [{"name": "a", "path": "x", "grants": {"dirs": [{"path": ".", "mode": "rwx"}]}}]}"#)
                 .is_err()
+        );
+        assert!(
+            Config::parse(r#"{"builtin_grants": {"wirte": {}}}"#)
+                .unwrap_err()
+                .contains("no built-in plugin \"wirte\"")
+        );
+        assert!(
+            Config::parse(
+                r#"{"plugins": [{"name": "a", "path": "x", "grants": {"memory_mb": 99999999999}}]}"#
+            )
+            .unwrap_err()
+            .contains("plugins.a.grants: memory_mb")
         );
     }
 }

@@ -103,7 +103,7 @@ fn guard_writes_allows_only_the_granted_globs_and_protects_by_default() {
         "Error: blocked by hook guard-writes: app/.env.local is protected (it matches **/.env.*); \
          `write` may not change version-control data, .env files or warden's config"
     );
-    for id in ["git", "cfg", "out"] {
+    for id in ["git", "out"] {
         assert!(
             result(&results, id)
                 .2
@@ -111,6 +111,14 @@ fn guard_writes_allows_only_the_granted_globs_and_protects_by_default() {
             "{id}"
         );
     }
+    // The active config is refused by the host itself, before any hook runs.
+    assert!(
+        result(&results, "cfg")
+            .2
+            .contains("is warden's own configuration and no tool may change it"),
+        "{:?}",
+        result(&results, "cfg")
+    );
     assert!(
         result(&results, "out")
             .2

@@ -73,12 +73,15 @@ pub struct PromptInput {
 pub struct CoreOptions {
     /// How long a runner lease lasts without renewal.
     pub lease_ttl: Duration,
+    /// warden's own files (config, data dir), off limits to tools.
+    pub protected: Vec<crate::tool::call::Protected>,
 }
 
 impl Default for CoreOptions {
     fn default() -> Self {
         CoreOptions {
             lease_ttl: Duration::from_secs(30),
+            protected: Vec::new(),
         }
     }
 }
@@ -97,6 +100,7 @@ pub(crate) struct CoreInner {
     pub status: StatusBoard,
     pub holder: String,
     pub options: CoreOptions,
+    pub protected: Arc<[crate::tool::call::Protected]>,
 }
 
 /// The agent core. Cheap to clone.
@@ -129,6 +133,7 @@ impl Core {
                 runners: Runners::default(),
                 queues: Default::default(),
                 holder: lease::holder_id(),
+                protected: options.protected.clone().into(),
                 options,
             }),
         })

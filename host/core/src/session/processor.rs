@@ -542,7 +542,8 @@ impl<'a> Processor<'a> {
             self.core.ledger.clone(),
             self.core.permissions.clone(),
             self.core.tools.clone(),
-        );
+        )
+        .protecting(self.core.protected.clone());
         let progress_tx = self.feedback.clone();
         let progress_id = call_id.clone();
         let slot: ProgressSlot = Arc::new(std::sync::Mutex::new(None));

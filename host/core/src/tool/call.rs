@@ -38,6 +38,16 @@ pub struct CallEnv {
     pub host: Arc<dyn ToolHost>,
     /// The audit entries of the call under way, written together at its end.
     trail: Option<Arc<Mutex<Vec<AuditEntry>>>>,
+    /// Paths no tool may touch through its path argument, whatever the rules.
+    protected: Arc<[Protected]>,
+}
+
+/// A path that belongs to warden itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Protected {
+    pub path: std::path::PathBuf,
+    /// Only writes (the `edit` permission) are refused; reading is fine.
+    pub writes_only: bool,
 }
 
 impl CallEnv {
@@ -47,7 +57,14 @@ impl CallEnv {
             permissions,
             host,
             trail: None,
+            protected: Arc::from(Vec::new()),
         }
+    }
+
+    /// Paths that are off limits to tools (warden's config file and data dir).
+    pub fn protecting(mut self, protected: Arc<[Protected]>) -> CallEnv {
+        self.protected = protected;
+        self
     }
 
     /// Write the collected audit entries in one transaction.
@@ -339,6 +356,40 @@ fn hook_failed(input: Value, hook: &HookDef, e: &GuestError) -> CallOutcome {
 /// Permission for the call with these arguments.
 async fn check_call(env: &CallEnv, req: &CallRequest, input: &Value) -> Result<(), String> {
     let tool = &req.tool;
+    // warden's own state is not the agent's to change, whatever the rules
+    // say: a model talked into rewriting the config could grant itself more.
+    if let super::PatternSource::Path(arg) = &tool.pattern
+        && let Some(path) = input.get(arg).and_then(Value::as_str)
+    {
+        let real = super::real_path(path, &req.ctx.directory);
+        if let Some(p) = env
+            .protected
+            .iter()
+            .find(|p| real.starts_with(&p.path) && (!p.writes_only || tool.permission == "edit"))
+        {
+            audit(
+                env,
+                req,
+                "permission",
+                &tool.id,
+                None,
+                "denied",
+                Some("warden's own files"),
+                None,
+                "refused",
+            );
+            return Err(format!(
+                "permission denied: {} is warden's own {} and no tool may {} it",
+                p.path.display(),
+                if p.writes_only {
+                    "configuration"
+                } else {
+                    "data"
+                },
+                if p.writes_only { "change" } else { "use" }
+            ));
+        }
+    }
     let pattern = super::pattern_of(&tool.pattern, input, &req.ctx.directory);
     let eval = permission::evaluate_all(
         &tool.permission,

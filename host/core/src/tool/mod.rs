@@ -262,8 +262,10 @@ pub fn pattern_of(source: &PatternSource, args: &Value, directory: &str) -> Stri
     }
 }
 
-/// `path` relative to `directory` when it is inside it, lexically normalised.
-fn relative_path(path: &str, directory: &str) -> String {
+/// Where a path argument really leads, as the host sees it: lexically
+/// normalised, then with symlinks resolved as far as the path exists (a link
+/// inside the project pointing elsewhere is judged by where it points).
+pub fn real_path(path: &str, directory: &str) -> std::path::PathBuf {
     use std::path::{Component, Path, PathBuf};
     let joined = if Path::new(path).is_absolute() {
         PathBuf::from(path)
@@ -280,10 +282,36 @@ fn relative_path(path: &str, directory: &str) -> String {
             other => out.push(other.as_os_str()),
         }
     }
-    match out.strip_prefix(directory) {
+    // The deepest part that exists, resolved; the rest appended as given.
+    let mut existing = out.clone();
+    let mut rest = Vec::new();
+    while !existing.as_os_str().is_empty() {
+        if let Ok(real) = std::fs::canonicalize(&existing) {
+            let mut resolved = real;
+            for part in rest.iter().rev() {
+                resolved.push(part);
+            }
+            return resolved;
+        }
+        match existing.file_name() {
+            Some(name) => rest.push(name.to_os_string()),
+            None => break,
+        }
+        existing.pop();
+    }
+    out
+}
+
+/// The rule pattern of a path: relative to the working directory when the
+/// path really is inside it, else absolute.
+fn relative_path(path: &str, directory: &str) -> String {
+    let real = real_path(path, directory);
+    let base =
+        std::fs::canonicalize(directory).unwrap_or_else(|_| std::path::PathBuf::from(directory));
+    match real.strip_prefix(&base) {
         Ok(rel) if !rel.as_os_str().is_empty() => rel.to_string_lossy().into_owned(),
         Ok(_) => ".".into(),
-        Err(_) => out.to_string_lossy().into_owned(),
+        Err(_) => real.to_string_lossy().into_owned(),
     }
 }
 
