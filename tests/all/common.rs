@@ -58,12 +58,13 @@ impl Env {
         p
     }
 
-    /// Every request the scripted model received, in order.
+    /// Every request the scripted model received, in order. (A process
+    /// killed while recording may leave one cut line; it is skipped.)
     pub fn requests(&self) -> Vec<Value> {
         match std::fs::read_to_string(self.root.path().join("requests.jsonl")) {
             Ok(text) => text
                 .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
+                .filter_map(|l| serde_json::from_str(l).ok())
                 .collect(),
             Err(_) => Vec::new(),
         }

@@ -149,16 +149,21 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
     };
 
     // The self-description runs like any guest call: in a fresh store, with
-    // its limits, but with no files or environment.
+    // its limits, but with no files, environment or network.
+    let offline = Limits {
+        hosts: Vec::new().into(),
+        ..limits.clone()
+    };
     let mut store = sandbox::store(
         &sandbox.engine,
         &name,
         &Grants {
             dirs: Vec::new(),
             env: Vec::new(),
+            hosts: Vec::new(),
             ..src.grants.clone()
         },
-        &limits,
+        &offline,
         None,
         None,
     )

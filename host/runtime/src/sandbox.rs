@@ -364,7 +364,8 @@ pub fn store(
             .memory_size(limits.memory_bytes)
             .instances(64)
             .tables(64)
-            .memories(16)
+            // The memory limit is per linear memory; few components need more than one.
+            .memories(4)
             .trap_on_grow_failure(true)
             .build(),
         observer,

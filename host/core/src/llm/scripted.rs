@@ -244,22 +244,27 @@ impl ScriptedProvider {
             let line = serde_json::to_string(request).map_err(|e| {
                 ProviderError::new(ErrorKind::Other, format!("cannot record the request: {e}"))
             })?;
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|e| {
-                    ProviderError::new(
-                        ErrorKind::Other,
-                        format!("cannot record to {}: {e}", path.display()),
-                    )
-                })?;
-            writeln!(f, "{line}").and_then(|_| f.flush()).map_err(|e| {
+            let fail = |e: std::io::Error| {
                 ProviderError::new(
                     ErrorKind::Other,
                     format!("cannot record to {}: {e}", path.display()),
                 )
-            })?;
+            };
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .read(true)
+                .append(true)
+                .open(path)
+                .map_err(fail)?;
+            // One write per line, so a killed process leaves whole lines; and if
+            // one was cut anyway, the next line starts on a line of its own.
+            let mut buf = Vec::with_capacity(line.len() + 2);
+            if ends_mid_line(&mut f) {
+                buf.push(b'\n');
+            }
+            buf.extend_from_slice(line.as_bytes());
+            buf.push(b'\n');
+            f.write_all(&buf).map_err(fail)?;
         }
         Ok(())
     }
@@ -300,6 +305,13 @@ impl Provider for ScriptedProvider {
         .flatten();
         Ok(Box::pin(stream))
     }
+}
+
+/// Whether a record file's last line lacks its newline.
+fn ends_mid_line(f: &mut std::fs::File) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut last = [0u8; 1];
+    f.seek(SeekFrom::End(-1)).is_ok() && f.read_exact(&mut last).is_ok() && last[0] != b'\n'
 }
 
 /// The events a turn streams, as a real provider would send them.

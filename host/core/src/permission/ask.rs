@@ -143,15 +143,11 @@ impl Permissions {
             return Err(format!("no pending permission request {request_id}"));
         };
         let session_id = p.request.session_id.clone();
-        if p.tx.send(reply).is_err() {
+        if p.tx.is_closed() {
             // The asker is gone (its call ended): a late answer grants nothing.
             return Err(format!("the question {request_id} is no longer waiting"));
         }
-        self.inner.ledger.bus().publish(Event::PermissionReplied {
-            session_id: session_id.clone(),
-            request_id: request_id.to_string(),
-            reply,
-        });
+        // The rules an `always` adds exist before the asker goes on.
         if reply == PermissionReply::Always {
             // Only literal patterns become rules; a glob here would allow more
             // than the question was about.
@@ -168,6 +164,14 @@ impl Permissions {
                 .collect();
             self.allow_for_session(&session_id, added)?;
         }
+        // Published before the asker wakes, so the answer is on the bus before
+        // anything the answer lets happen.
+        self.inner.ledger.bus().publish(Event::PermissionReplied {
+            session_id: session_id.clone(),
+            request_id: request_id.to_string(),
+            reply,
+        });
+        let _ = p.tx.send(reply);
         Ok(())
     }
 

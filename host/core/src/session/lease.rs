@@ -2,32 +2,54 @@
 //! ledger. The holder id names the host, process id and process start time,
 //! so a process on the same host can tell at once that a holder died (a
 //! SIGKILLed run) instead of waiting for the lease to expire; holders on
-//! other hosts are trusted until expiry.
+//! other hosts (or in another pid namespace) are trusted until expiry.
 
 use std::sync::OnceLock;
 
-/// This process's holder id: `host:pid:start:nonce`.
+/// This process's holder id: `host:pid:start:pidns:nonce`.
 pub fn holder_id() -> String {
     static NONCE: OnceLock<u64> = OnceLock::new();
     let nonce = *NONCE.get_or_init(rand::random::<u64>);
     format!(
-        "{}:{}:{}:{nonce:x}",
+        "{}:{}:{}:{}:{nonce:x}",
         hostname(),
         std::process::id(),
-        start_time(std::process::id()).unwrap_or(0)
+        start_time(std::process::id()).unwrap_or(0),
+        pid_namespace()
     )
+}
+
+/// This process's pid namespace (0 when unknown): two containers may share
+/// a hostname and a volume, but a pid only means something in its namespace.
+fn pid_namespace() -> u64 {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .and_then(|l| {
+            let s = l.to_string_lossy().into_owned();
+            s.trim_start_matches("pid:[")
+                .trim_end_matches(']')
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
 }
 
 /// Whether `holder` was a process on this host that is no longer running.
 pub fn holder_is_dead(holder: &str) -> bool {
     let mut parts = holder.split(':');
-    let (Some(host), Some(pid), Some(start)) = (parts.next(), parts.next(), parts.next()) else {
+    let (Some(host), Some(pid), Some(start), Some(ns)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
         return false;
     };
-    let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
+    let (Ok(pid), Ok(start), Ok(ns)) =
+        (pid.parse::<u32>(), start.parse::<u64>(), ns.parse::<u64>())
+    else {
         return false;
     };
-    if host != hostname() || pid == std::process::id() {
+    // Another host, or another pid namespace on this one: its pids are not
+    // ours to look up, so only the lease's expiry can say it is gone.
+    if host != hostname() || ns != pid_namespace() || pid == std::process::id() {
         return false;
     }
     if !cfg!(target_os = "linux") {
@@ -74,7 +96,14 @@ mod tests {
         let host = hostname();
         if cfg!(target_os = "linux") {
             // pid_max is at most 2^22, so this pid cannot exist.
-            assert!(holder_is_dead(&format!("{host}:4194305:123:0")));
+            assert!(holder_is_dead(&format!(
+                "{host}:4194305:123:{}:0",
+                pid_namespace()
+            )));
+            assert!(
+                !holder_is_dead(&format!("{host}:4194305:123:1:0")),
+                "another pid namespace"
+            );
         }
         assert!(
             !holder_is_dead("elsewhere:1:2:3"),
