@@ -28,8 +28,8 @@ use crate::error::{CoreError, Result};
 /// How a part write is recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PartWrite<'a> {
-    /// A new part, or a change worth keeping in the timeline (a tool state
-    /// transition, the end of a text): the row and a `part_event`.
+    /// A new part or a finished change: the row, and for a tool call a
+    /// `part_event` (its state transitions are the replayable timeline).
     Changed,
     /// Streamed text appended: the row only; the bus carries the delta.
     Delta(&'a str),
@@ -330,7 +330,9 @@ impl Ledger {
                     now
                 ],
             )?;
-            if write == PartWrite::Changed {
+            // The timeline is of tool calls: their states are what a trace
+            // replays. Other parts keep their times in their own row.
+            if write == PartWrite::Changed && matches!(part.body, PartBody::Tool { .. }) {
                 tx.execute(
                     "INSERT INTO part_event (session_id, message_id, part_id, kind, call_id, status, at, body)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",

@@ -36,8 +36,8 @@ pub const MIGRATIONS: &[&str] = &[
         updated_at  INTEGER NOT NULL
     );
     CREATE INDEX part_by_session ON part(session_id, message_id, id);
-    -- Every recorded change of a part (creation, tool state transition, end
-    -- of streaming) with its time and state: the replayable history. Bodies
+    -- Every state change of a tool call (pending, running, completed or
+    -- error) with its time: the replayable history of each call. Bodies
     -- keep states, not content (no text, no tool output): content is written
     -- once, in the part row, where a terminal state never changes again.
     CREATE TABLE part_event (
