@@ -24,6 +24,8 @@ use crate::net::{HostPattern, HttpGate};
 
 /// What a guest may print before its writes start failing.
 const STDIO_CAP: usize = 64 * 1024;
+/// How long a guest call runs before it starts yielding at every epoch tick.
+const RUN_BEFORE_YIELDING: Duration = Duration::from_millis(10);
 /// The largest progress metadata accepted from a guest.
 const PROGRESS_CAP: usize = 16 * 1024;
 /// The longest log line kept from a guest.
@@ -377,13 +379,18 @@ pub fn store(
     let started = Instant::now();
     let timeout = limits.timeout;
     store.set_epoch_deadline(1);
-    // Every tick the guest yields to the async runtime, so a busy guest never
-    // starves other sessions; past its time limit it is interrupted.
+    // A guest that has run for a while yields to the async runtime at every
+    // tick, so a busy one never starves other sessions; a short call runs to
+    // its end (yielding it would only queue it behind every other task);
+    // past its time limit it is interrupted.
     store.epoch_deadline_callback(move |_| {
-        if started.elapsed() >= timeout {
+        let ran = started.elapsed();
+        if ran >= timeout {
             Ok(UpdateDeadline::Interrupt)
-        } else {
+        } else if ran >= RUN_BEFORE_YIELDING {
             Ok(UpdateDeadline::Yield(1))
+        } else {
+            Ok(UpdateDeadline::Continue(1))
         }
     });
     Ok(store)

@@ -234,7 +234,27 @@ impl Core {
             let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
             queues.entry(session.id.clone()).or_default().clone()
         };
-        let _turn = queue.lock_owned().await;
+        let turn = queue.clone().lock_owned().await;
+        let result = self.prompt_in_turn(&session, input).await;
+        drop(turn);
+        // The queue of a session nobody else is waiting on goes, so an idle
+        // session costs nothing here.
+        let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
+        if queues
+            .get(&session.id)
+            .is_some_and(|q| Arc::ptr_eq(q, &queue) && Arc::strong_count(q) == 2)
+        {
+            queues.remove(&session.id);
+        }
+        result
+    }
+
+    async fn prompt_in_turn(
+        &self,
+        session: &SessionInfo,
+        input: PromptInput,
+    ) -> Result<MessageWithParts> {
+        let session = session.clone();
         self.claim(&session.id)?;
         let written = self.write_prompt(&session, &input);
         if written.is_err() || input.no_reply {
