@@ -31,6 +31,9 @@ pub struct BenchArgs {
     /// Run only these parts (comma-separated: p1, p2, rss, p3, p4, ingest), e.g. under a profiler.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Keep the scratch directory (ledgers, cassettes, cache) to inspect it afterwards.
+    #[arg(long)]
+    pub keep: bool,
 }
 
 /// Where the run happened.
@@ -74,7 +77,11 @@ pub async fn bench(args: BenchArgs) -> Result<ExitCode> {
     let work = std::env::temp_dir().join(format!("warden-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
     let result = run_all(&args, &work).await;
-    let _ = std::fs::remove_dir_all(&work);
+    if args.keep {
+        say!("(scratch directory kept: {})", work.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&work);
+    }
     let rows = result?;
 
     let m = machine();

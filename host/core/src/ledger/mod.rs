@@ -285,7 +285,7 @@ impl Ledger {
         let now = now_ms();
         self.conn().execute(
             "INSERT INTO message (id, session_id, role, info, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT(id) DO UPDATE SET info = excluded.info, updated_at = excluded.updated_at",
+             ON CONFLICT(session_id, id) DO UPDATE SET info = excluded.info, updated_at = excluded.updated_at",
             params![info.id().as_str(), info.session_id().as_str(), info.role(), body, info.created(), now],
         )?;
         if let Some(held) = self.held().get_mut(info.session_id()) {
@@ -318,7 +318,7 @@ impl Ledger {
             tx.execute(
                 "INSERT INTO part (id, message_id, session_id, kind, call_id, status, body, updated_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-                 ON CONFLICT(id) DO UPDATE SET status = excluded.status, body = excluded.body, updated_at = excluded.updated_at",
+                 ON CONFLICT(session_id, message_id, id) DO UPDATE SET status = excluded.status, body = excluded.body, updated_at = excluded.updated_at",
                 params![
                     part.id.as_str(),
                     part.message_id.as_str(),
@@ -334,8 +334,8 @@ impl Ledger {
             // replays. Other parts keep their times in their own row.
             if write == PartWrite::Changed && matches!(part.body, PartBody::Tool { .. }) {
                 tx.execute(
-                    "INSERT INTO part_event (session_id, message_id, part_id, kind, call_id, status, at, body)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    "INSERT INTO part_event (session_id, seq, message_id, part_id, kind, call_id, status, at, body)
+                     VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM part_event WHERE session_id = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                     params![
                         part.session_id.as_str(),
                         part.message_id.as_str(),
@@ -460,7 +460,7 @@ impl Ledger {
     /// How many assistant messages of the session began a model step.
     pub fn started_turns(&self, session: &SessionId) -> Result<u32> {
         let n: i64 = self.conn().query_row(
-            "SELECT COUNT(DISTINCT p.message_id) FROM part p JOIN message m ON m.id = p.message_id
+            "SELECT COUNT(DISTINCT p.message_id) FROM part p JOIN message m ON m.session_id = p.session_id AND m.id = p.message_id
              WHERE p.session_id = ?1 AND p.kind = 'step-start' AND m.role = 'assistant'",
             params![session.as_str()],
             |r| r.get(0),
@@ -636,8 +636,8 @@ impl Ledger {
 
 fn insert_audit(conn: &Connection, entry: &AuditEntry) -> Result<()> {
     conn.execute(
-        "INSERT INTO audit (session_id, message_id, call_id, at, stage, subject, plugin_hash, decision, rule, duration_us, outcome)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        "INSERT INTO audit (session_id, seq, message_id, call_id, at, stage, subject, plugin_hash, decision, rule, duration_us, outcome)
+         VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM audit WHERE session_id = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         params![
             entry.session_id.as_str(),
             entry.message_id.as_ref().map(|m| m.as_str()),

@@ -16,42 +16,47 @@ pub const MIGRATIONS: &[&str] = &[
         created_at  INTEGER NOT NULL,
         updated_at  INTEGER NOT NULL
     );
+    -- Rows live in their primary key's order (WITHOUT ROWID): a session's
+    -- messages, parts, timeline and audit are read in that order, and no
+    -- second index repeats the ids.
     CREATE TABLE message (
-        id          TEXT PRIMARY KEY,
         session_id  TEXT NOT NULL REFERENCES session(id) ON DELETE CASCADE,
+        id          TEXT NOT NULL,
         role        TEXT NOT NULL,
         info        TEXT NOT NULL,
         created_at  INTEGER NOT NULL,
-        updated_at  INTEGER NOT NULL
-    );
-    CREATE INDEX message_by_session ON message(session_id, id);
+        updated_at  INTEGER NOT NULL,
+        PRIMARY KEY (session_id, id)
+    ) WITHOUT ROWID;
     CREATE TABLE part (
-        id          TEXT PRIMARY KEY,
-        message_id  TEXT NOT NULL REFERENCES message(id) ON DELETE CASCADE,
         session_id  TEXT NOT NULL,
+        message_id  TEXT NOT NULL,
+        id          TEXT NOT NULL,
         kind        TEXT NOT NULL,
         call_id     TEXT,
         status      TEXT,
         body        TEXT NOT NULL,
-        updated_at  INTEGER NOT NULL
-    );
-    CREATE INDEX part_by_session ON part(session_id, message_id, id);
+        updated_at  INTEGER NOT NULL,
+        PRIMARY KEY (session_id, message_id, id),
+        FOREIGN KEY (session_id, message_id) REFERENCES message(session_id, id) ON DELETE CASCADE
+    ) WITHOUT ROWID;
     -- Every state change of a tool call (pending, running, completed or
     -- error) with its time: the replayable history of each call. Bodies
     -- keep states, not content (no text, no tool output): content is written
     -- once, in the part row, where a terminal state never changes again.
+    -- `seq` counts within the session.
     CREATE TABLE part_event (
-        seq         INTEGER PRIMARY KEY AUTOINCREMENT,
         session_id  TEXT NOT NULL,
+        seq         INTEGER NOT NULL,
         message_id  TEXT NOT NULL,
         part_id     TEXT NOT NULL,
         kind        TEXT NOT NULL,
         call_id     TEXT,
         status      TEXT,
         at          INTEGER NOT NULL,
-        body        TEXT NOT NULL
-    );
-    CREATE INDEX part_event_by_session ON part_event(session_id, seq);
+        body        TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID;
     -- One runner per session, across every process sharing this file.
     CREATE TABLE runner_lease (
         session_id  TEXT PRIMARY KEY,
@@ -59,9 +64,10 @@ pub const MIGRATIONS: &[&str] = &[
         expires_at  INTEGER NOT NULL
     );
     -- Every guest call and permission decision at the host boundary.
+    -- `seq` counts within the session.
     CREATE TABLE audit (
-        seq         INTEGER PRIMARY KEY AUTOINCREMENT,
         session_id  TEXT NOT NULL,
+        seq         INTEGER NOT NULL,
         message_id  TEXT,
         call_id     TEXT,
         at          INTEGER NOT NULL,
@@ -71,8 +77,8 @@ pub const MIGRATIONS: &[&str] = &[
         decision    TEXT NOT NULL,
         rule        TEXT,
         duration_us INTEGER,
-        outcome     TEXT
-    );
-    CREATE INDEX audit_by_session ON audit(session_id, seq);
+        outcome     TEXT,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID;
     "#,
 ];
