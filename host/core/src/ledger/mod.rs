@@ -87,6 +87,55 @@ pub struct Ledger {
     /// given back. While the lease is held nobody else may write them, so a
     /// round of the loop re-reads its history without decoding it again.
     held: Arc<Mutex<HashMap<SessionId, Vec<Arc<MessageWithParts>>>>>,
+    /// Stops when the last clone is dropped.
+    _checkpointer: Option<Arc<Checkpointer>>,
+}
+
+/// Moves the write-ahead log into the database file from a thread of its own,
+/// on its own connection, so that no write of a tool call pays for it. Left
+/// to SQLite, the commit that crosses the log's threshold copies it back and
+/// syncs the file: one tool call in a hundred took milliseconds longer.
+struct Checkpointer {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    const EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+    fn start(path: &Path) -> Result<Checkpointer> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("warden-ledger-checkpoint".into())
+            .spawn(move || {
+                // A passive checkpoint never waits for a writer or a reader:
+                // it copies what it can and leaves the rest for next time.
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(Self::EVERY)
+                {
+                    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                    {
+                        tracing::warn!("ledger checkpoint failed (will retry): {e}");
+                    }
+                }
+            })
+            .map_err(|e| CoreError::Internal(format!("cannot start the checkpoint thread: {e}")))?;
+        Ok(Checkpointer {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl Ledger {
@@ -99,7 +148,14 @@ impl Ledger {
                 .map_err(|e| CoreError::Config(format!("cannot create {}: {e}", dir.display())))?;
         }
         let conn = Connection::open(path)?;
-        Self::init(conn, bus, &path.display().to_string())
+        let mut ledger = Self::init(conn, bus, &path.display().to_string())?;
+        // The checkpoint thread does the work; SQLite's own checkpoint on
+        // commit stays only as a backstop, should the log ever reach 40 MB.
+        ledger
+            .conn()
+            .pragma_update(None, "wal_autocheckpoint", 10_000)?;
+        ledger._checkpointer = Some(Arc::new(Checkpointer::start(path)?));
+        Ok(ledger)
     }
 
     /// A private in-memory ledger, for tests and benchmarks.
@@ -121,6 +177,7 @@ impl Ledger {
             bus,
             path: path.into(),
             held: Arc::new(Mutex::new(HashMap::new())),
+            _checkpointer: None,
         })
     }
 
@@ -267,10 +324,10 @@ impl Ledger {
 
     /// Mark the session as just used.
     pub fn touch_session(&self, id: &SessionId) -> Result<()> {
-        let n = self.conn().execute(
-            "UPDATE session SET updated_at = ?2 WHERE id = ?1",
-            params![id.as_str(), now_ms()],
-        )?;
+        let n = self
+            .conn()
+            .prepare_cached("UPDATE session SET updated_at = ?2 WHERE id = ?1")?
+            .execute(params![id.as_str(), now_ms()])?;
         if n == 0 {
             return Err(CoreError::SessionNotFound(id.clone()));
         }
@@ -283,11 +340,16 @@ impl Ledger {
     pub fn put_message(&self, info: &MessageInfo) -> Result<()> {
         let body = serde_json::to_string(info).map_err(|e| CoreError::Internal(e.to_string()))?;
         let now = now_ms();
-        self.conn().execute(
-            "INSERT INTO message (id, session_id, role, info, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT(session_id, id) DO UPDATE SET info = excluded.info, updated_at = excluded.updated_at",
-            params![info.id().as_str(), info.session_id().as_str(), info.role(), body, info.created(), now],
-        )?;
+        self.conn()
+            .prepare_cached(UPSERT_MESSAGE)?
+            .execute(params![
+                info.id().as_str(),
+                info.session_id().as_str(),
+                info.role(),
+                body,
+                info.created(),
+                now
+            ])?;
         if let Some(held) = self.held().get_mut(info.session_id()) {
             match held.binary_search_by(|m| m.info.id().cmp(info.id())) {
                 Ok(i) => Arc::make_mut(&mut held[i]).info = info.clone(),
@@ -315,38 +377,29 @@ impl Ledger {
         {
             let mut conn = self.conn();
             let tx = conn.transaction()?;
-            tx.execute(
-                "INSERT INTO part (id, message_id, session_id, kind, call_id, status, body, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-                 ON CONFLICT(session_id, message_id, id) DO UPDATE SET status = excluded.status, body = excluded.body, updated_at = excluded.updated_at",
-                params![
-                    part.id.as_str(),
-                    part.message_id.as_str(),
-                    part.session_id.as_str(),
-                    part.body.kind(),
-                    part.call_id(),
-                    status,
-                    body,
-                    now
-                ],
-            )?;
+            tx.prepare_cached(UPSERT_PART)?.execute(params![
+                part.id.as_str(),
+                part.message_id.as_str(),
+                part.session_id.as_str(),
+                part.body.kind(),
+                part.call_id(),
+                status,
+                body,
+                now
+            ])?;
             // The timeline is of tool calls: their states are what a trace
             // replays. Other parts keep their times in their own row.
             if write == PartWrite::Changed && matches!(part.body, PartBody::Tool { .. }) {
-                tx.execute(
-                    "INSERT INTO part_event (session_id, seq, message_id, part_id, kind, call_id, status, at, body)
-                     VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM part_event WHERE session_id = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                    params![
-                        part.session_id.as_str(),
-                        part.message_id.as_str(),
-                        part.id.as_str(),
-                        part.body.kind(),
-                        part.call_id(),
-                        status,
-                        now,
-                        timeline_body(part)?
-                    ],
-                )?;
+                tx.prepare_cached(INSERT_PART_EVENT)?.execute(params![
+                    part.session_id.as_str(),
+                    part.message_id.as_str(),
+                    part.id.as_str(),
+                    part.body.kind(),
+                    part.call_id(),
+                    status,
+                    now,
+                    timeline_body(part)?
+                ])?;
             }
             tx.commit()?;
         }
@@ -601,10 +654,12 @@ impl Ledger {
 
     /// Extend a lease this holder has; `false` if it was taken over meanwhile.
     pub fn renew_lease(&self, session: &SessionId, holder: &str, ttl_ms: i64) -> Result<bool> {
-        let n = self.conn().execute(
-            "UPDATE runner_lease SET expires_at = ?3 WHERE session_id = ?1 AND holder = ?2",
-            params![session.as_str(), holder, now_ms() + ttl_ms],
-        )?;
+        let n = self
+            .conn()
+            .prepare_cached(
+                "UPDATE runner_lease SET expires_at = ?3 WHERE session_id = ?1 AND holder = ?2",
+            )?
+            .execute(params![session.as_str(), holder, now_ms() + ttl_ms])?;
         if n != 1 {
             // Someone else holds it now and may write: stop trusting the copy.
             self.held().remove(session);
@@ -634,24 +689,40 @@ impl Ledger {
     }
 }
 
+// The statements every step runs, prepared once per connection.
+const UPSERT_MESSAGE: &str = "\
+    INSERT INTO message (id, session_id, role, info, created_at, updated_at)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+    ON CONFLICT(session_id, id) DO UPDATE SET info = excluded.info, updated_at = excluded.updated_at";
+const UPSERT_PART: &str = "\
+    INSERT INTO part (id, message_id, session_id, kind, call_id, status, body, updated_at)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+    ON CONFLICT(session_id, message_id, id) DO UPDATE
+    SET status = excluded.status, body = excluded.body, updated_at = excluded.updated_at";
+const INSERT_PART_EVENT: &str = "\
+    INSERT INTO part_event (session_id, seq, message_id, part_id, kind, call_id, status, at, body)
+    VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM part_event WHERE session_id = ?1),
+            ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+const INSERT_AUDIT: &str = "\
+    INSERT INTO audit (session_id, seq, message_id, call_id, at, stage, subject, plugin_hash,
+                       decision, rule, duration_us, outcome)
+    VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM audit WHERE session_id = ?1),
+            ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+
 fn insert_audit(conn: &Connection, entry: &AuditEntry) -> Result<()> {
-    conn.execute(
-        "INSERT INTO audit (session_id, seq, message_id, call_id, at, stage, subject, plugin_hash, decision, rule, duration_us, outcome)
-         VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM audit WHERE session_id = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        params![
-            entry.session_id.as_str(),
-            entry.message_id.as_ref().map(|m| m.as_str()),
-            entry.call_id,
-            entry.at,
-            entry.stage,
-            entry.subject,
-            entry.plugin_hash,
-            entry.decision,
-            entry.rule,
-            entry.duration_us,
-            entry.outcome
-        ],
-    )?;
+    conn.prepare_cached(INSERT_AUDIT)?.execute(params![
+        entry.session_id.as_str(),
+        entry.message_id.as_ref().map(|m| m.as_str()),
+        entry.call_id,
+        entry.at,
+        entry.stage,
+        entry.subject,
+        entry.plugin_hash,
+        entry.decision,
+        entry.rule,
+        entry.duration_us,
+        entry.outcome
+    ])?;
     Ok(())
 }
 
@@ -948,5 +1019,65 @@ mod tests {
             Err(e) => panic!("unexpected {e}"),
             Ok(_) => panic!("opened a newer ledger"),
         }
+    }
+
+    #[test]
+    fn the_log_reaches_the_database_file_without_a_writer_paying_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let l = Ledger::open(&path, Bus::new()).unwrap();
+        let s = l.create_session("/w", "t").unwrap();
+        // What the first checkpoint found (the schema) is in the file by now.
+        std::thread::sleep(Checkpointer::EVERY * 3);
+        let before = std::fs::metadata(&path).unwrap().len();
+        let info = MessageInfo::User(UserInfo {
+            id: MessageId(id::ascending("msg")),
+            session_id: s.id.clone(),
+            created: 1,
+            agent: "build".into(),
+            model: ModelRef {
+                provider: "scripted".into(),
+                model: "x".into(),
+            },
+        });
+        l.put_message(&info).unwrap();
+        for n in 0..200 {
+            let part = Part {
+                id: id::ascending("prt").into(),
+                session_id: s.id.clone(),
+                message_id: info.id().clone(),
+                body: PartBody::Text {
+                    text: format!("{n} {}", "x".repeat(500)),
+                    synthetic: false,
+                    time: None,
+                    ignored: false,
+                },
+            };
+            l.put_part(&part, PartWrite::Changed).unwrap();
+        }
+        // SQLite alone would leave 100 KB in the log (its own threshold is
+        // 40 MB); the checkpoint thread copies it into the file.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::fs::metadata(&path).unwrap().len() < before + 100_000 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the database file stayed at {} bytes",
+                std::fs::metadata(&path).unwrap().len()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        // Dropping the last clone stops the thread (the test would hang otherwise).
+        let clone = l.clone();
+        drop(l);
+        drop(clone);
+        assert_eq!(
+            Ledger::open(&path, Bus::new())
+                .unwrap()
+                .messages(&s.id)
+                .unwrap()[0]
+                .parts
+                .len(),
+            200
+        );
     }
 }
