@@ -169,9 +169,9 @@ async fn replay(
         prior_turns: 0,
         model: "recorded".into(),
         system: vec!["You are a test.".into()],
-        messages: vec![warden_protocol::ChatMessage::User {
+        messages: vec![std::sync::Arc::new(warden_protocol::ChatMessage::User {
             content: vec![warden_protocol::llm::UserContent::Text { text: "hi".into() }],
-        }],
+        })],
         tools: vec![],
         max_output_tokens: None,
     };

@@ -2,6 +2,8 @@
 //! shape every adapter consumes. Adding a provider never touches the
 //! processor: it only maps its wire protocol onto these types.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -312,7 +314,10 @@ pub struct LlmRequest {
     /// The model id at the provider.
     pub model: String,
     pub system: Vec<String>,
-    pub messages: Vec<ChatMessage>,
+    /// Shared, not copied: a long session's history is converted once and
+    /// each later request only adds its new messages.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<ChatMessage>))]
+    pub messages: Vec<Arc<ChatMessage>>,
     pub tools: Vec<ToolSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u32>,

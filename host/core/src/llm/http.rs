@@ -126,7 +126,11 @@ impl Endpoint {
     /// becomes a [`ProviderError`] with the body's message and the wait the
     /// provider asked for; so does a 200 that carries a JSON error instead of
     /// an event stream.
-    pub async fn post(&self, path: &str, body: &Value) -> Result<reqwest::Response, ProviderError> {
+    pub async fn post(
+        &self,
+        path: &str,
+        body: &(impl serde::Serialize + ?Sized),
+    ) -> Result<reqwest::Response, ProviderError> {
         let url = self.url(path);
         let provider = &self.settings.provider;
         let bytes = serde_json::to_vec(body).map_err(|e| {

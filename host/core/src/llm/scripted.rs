@@ -416,7 +416,7 @@ fn estimate_usage(turn: &Turn, request: &LlmRequest) -> Usage {
     // Counted from the text, not by serialising the conversation again.
     let mut input_chars: usize = request.system.iter().map(|s| s.len()).sum();
     for m in &request.messages {
-        input_chars += match m {
+        input_chars += match &**m {
             ChatMessage::User { content } => content
                 .iter()
                 .map(|UserContent::Text { text }| text.len())

@@ -121,11 +121,11 @@ pub(crate) async fn process(
         .cloned()
         .collect();
     let mut messages = history::to_chat(&before);
-    messages.push(ChatMessage::User {
+    messages.push(Arc::new(ChatMessage::User {
         content: vec![UserContent::Text {
             text: SUMMARY_PROMPT.into(),
         }],
-    });
+    }));
     let info = AssistantInfo {
         id: MessageId(id::ascending(MessageId::PREFIX)),
         session_id: session.id.clone(),

@@ -2,6 +2,8 @@
 //! compaction, the latest messages by id, and the conversation a model is
 //! shown, with every tool call paired with a result.
 
+use std::sync::Arc;
+
 use warden_protocol::llm::{AssistantContent, ToolResultContent, UserContent};
 use warden_protocol::{
     AssistantInfo, ChatMessage, MessageInfo, MessageWithParts, Part, PartBody, ToolState, UserInfo,
@@ -97,73 +99,108 @@ pub fn since_compaction<M: AsRef<MessageWithParts>>(msgs: Vec<M>) -> Vec<M> {
 /// Convert the ledger to the conversation a provider is sent. Every tool call
 /// is followed by its result: completed parts by their output, errors and
 /// interrupted calls by an error result, so no call is left unpaired.
-pub fn to_chat<M: AsRef<MessageWithParts>>(msgs: &[M]) -> Vec<ChatMessage> {
+pub fn to_chat<M: AsRef<MessageWithParts>>(msgs: &[M]) -> Vec<Arc<ChatMessage>> {
+    msgs.iter()
+        .flat_map(|m| message_to_chat(m.as_ref()))
+        .collect()
+}
+
+/// [`to_chat`] for the rounds of one loop: each message is converted once
+/// per version. The ledger hands out a changed message as a new `Arc` and
+/// an unchanged one as the same, so a round of a long session converts only
+/// what its last step wrote.
+#[derive(Default)]
+pub struct ChatCache {
+    /// The last round's messages, in id order, with their conversion. Holding
+    /// each `Arc` keeps its address from being reused by another message.
+    last: Vec<(Arc<MessageWithParts>, Vec<Arc<ChatMessage>>)>,
+}
+
+impl ChatCache {
+    pub fn to_chat(&mut self, msgs: &[Arc<MessageWithParts>]) -> Vec<Arc<ChatMessage>> {
+        let mut old = std::mem::take(&mut self.last).into_iter().peekable();
+        let mut out = Vec::with_capacity(msgs.len() * 2);
+        for m in msgs {
+            // Messages come in id order; skip the ones no longer shown.
+            while old.next_if(|(o, _)| o.info.id() < m.info.id()).is_some() {}
+            let chat = match old.next_if(|(o, _)| Arc::ptr_eq(o, m)) {
+                Some((_, chat)) => chat,
+                None => message_to_chat(m),
+            };
+            out.extend(chat.iter().cloned());
+            self.last.push((m.clone(), chat));
+        }
+        out
+    }
+}
+
+/// One message's part of the conversation: a user message, or an assistant
+/// message followed by the results of its tool calls.
+fn message_to_chat(m: &MessageWithParts) -> Vec<Arc<ChatMessage>> {
     let mut out = Vec::new();
-    for m in msgs.iter().map(AsRef::as_ref) {
-        match &m.info {
-            MessageInfo::User(_) => {
-                let content: Vec<UserContent> = m
-                    .parts
-                    .iter()
-                    .filter_map(|p| match &p.body {
-                        PartBody::Text { text, .. } if !text.is_empty() => {
-                            Some(UserContent::Text { text: text.clone() })
-                        }
-                        PartBody::Compaction { .. } => Some(UserContent::Text {
-                            text: "What did we do so far?".into(),
-                        }),
-                        _ => None,
-                    })
-                    .collect();
-                if !content.is_empty() {
-                    out.push(ChatMessage::User { content });
+    match &m.info {
+        MessageInfo::User(_) => {
+            let content: Vec<UserContent> = m
+                .parts
+                .iter()
+                .filter_map(|p| match &p.body {
+                    PartBody::Text { text, .. } if !text.is_empty() => {
+                        Some(UserContent::Text { text: text.clone() })
+                    }
+                    PartBody::Compaction { .. } => Some(UserContent::Text {
+                        text: "What did we do so far?".into(),
+                    }),
+                    _ => None,
+                })
+                .collect();
+            if !content.is_empty() {
+                out.push(Arc::new(ChatMessage::User { content }));
+            }
+        }
+        MessageInfo::Assistant(_) => {
+            let mut content = Vec::new();
+            let mut results = Vec::new();
+            for p in &m.parts {
+                match &p.body {
+                    PartBody::Text {
+                        text,
+                        ignored: false,
+                        ..
+                    } if !text.is_empty() => {
+                        content.push(AssistantContent::Text { text: text.clone() })
+                    }
+                    PartBody::Reasoning {
+                        text,
+                        metadata,
+                        ignored: false,
+                        ..
+                    } if !text.is_empty() || metadata.is_some() => {
+                        content.push(AssistantContent::Reasoning {
+                            text: text.clone(),
+                            metadata: metadata.clone(),
+                        })
+                    }
+                    PartBody::Tool {
+                        call_id,
+                        tool,
+                        state,
+                        provider_executed: false,
+                    } => {
+                        content.push(AssistantContent::ToolCall {
+                            call_id: call_id.clone(),
+                            name: tool.clone(),
+                            input: state.input().clone(),
+                        });
+                        results.push(result_of(call_id, tool, state));
+                    }
+                    _ => {}
                 }
             }
-            MessageInfo::Assistant(_) => {
-                let mut content = Vec::new();
-                let mut results = Vec::new();
-                for p in &m.parts {
-                    match &p.body {
-                        PartBody::Text {
-                            text,
-                            ignored: false,
-                            ..
-                        } if !text.is_empty() => {
-                            content.push(AssistantContent::Text { text: text.clone() })
-                        }
-                        PartBody::Reasoning {
-                            text,
-                            metadata,
-                            ignored: false,
-                            ..
-                        } if !text.is_empty() || metadata.is_some() => {
-                            content.push(AssistantContent::Reasoning {
-                                text: text.clone(),
-                                metadata: metadata.clone(),
-                            })
-                        }
-                        PartBody::Tool {
-                            call_id,
-                            tool,
-                            state,
-                            provider_executed: false,
-                        } => {
-                            content.push(AssistantContent::ToolCall {
-                                call_id: call_id.clone(),
-                                name: tool.clone(),
-                                input: state.input().clone(),
-                            });
-                            results.push(result_of(call_id, tool, state));
-                        }
-                        _ => {}
-                    }
-                }
-                if !content.is_empty() {
-                    out.push(ChatMessage::Assistant { content });
-                }
-                if !results.is_empty() {
-                    out.push(ChatMessage::Tool { content: results });
-                }
+            if !content.is_empty() {
+                out.push(Arc::new(ChatMessage::Assistant { content }));
+            }
+            if !results.is_empty() {
+                out.push(Arc::new(ChatMessage::Tool { content: results }));
             }
         }
     }
@@ -312,7 +349,7 @@ mod tests {
         ];
         let chat = to_chat(&msgs);
         assert_eq!(chat.len(), 3);
-        let ChatMessage::Tool { content } = &chat[2] else {
+        let ChatMessage::Tool { content } = &*chat[2] else {
             panic!("{chat:?}")
         };
         let summary: Vec<(&str, bool, &str)> = content
@@ -356,5 +393,41 @@ mod tests {
     fn empty_assistant_messages_are_not_sent() {
         let msgs = vec![user("msg_1"), assistant_msg("msg_2", "msg_1", vec![])];
         assert_eq!(to_chat(&msgs).len(), 1);
+    }
+
+    #[test]
+    fn the_cache_converts_only_new_and_changed_messages() {
+        let mut cache = ChatCache::default();
+        let first: Vec<Arc<MessageWithParts>> = vec![
+            Arc::new(user("msg_1")),
+            Arc::new(assistant_msg("msg_2", "msg_1", vec![text("msg_2", "one")])),
+            Arc::new(user("msg_3")),
+        ];
+        let round1 = cache.to_chat(&first);
+        assert_eq!(round1, to_chat(&first));
+
+        // msg_2 changed (a new Arc, as the ledger hands out), msg_4 is new,
+        // msg_1 is no longer shown (a compaction).
+        let second: Vec<Arc<MessageWithParts>> = vec![
+            Arc::new(assistant_msg(
+                "msg_2",
+                "msg_1",
+                vec![text("msg_2", "one"), text("msg_2", "two")],
+            )),
+            first[2].clone(),
+            Arc::new(assistant_msg("msg_4", "msg_3", vec![text("msg_4", "four")])),
+        ];
+        let round2 = cache.to_chat(&second);
+        assert_eq!(round2, to_chat(&second));
+        // The unchanged message's conversion is the very same, not a copy.
+        assert!(Arc::ptr_eq(&round2[1], &round1[2]));
+        assert!(!Arc::ptr_eq(&round2[0], &round1[1]));
+
+        // Shown again from the start (another process wrote meanwhile): all new.
+        let third: Vec<Arc<MessageWithParts>> =
+            second.iter().map(|m| Arc::new((**m).clone())).collect();
+        let round3 = cache.to_chat(&third);
+        assert_eq!(round3, round2);
+        assert!(round3.iter().zip(&round2).all(|(a, b)| !Arc::ptr_eq(a, b)));
     }
 }

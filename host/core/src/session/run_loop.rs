@@ -8,6 +8,8 @@
 //! cleanup interrupted are reported as a warning on exit, never used as the
 //! reason for another round.
 
+use std::sync::Arc;
+
 use tokio_util::sync::CancellationToken;
 use warden_protocol::llm::AssistantContent;
 use warden_protocol::{
@@ -36,6 +38,7 @@ pub(crate) async fn run(
     cancel: &CancellationToken,
 ) -> Result<MessageWithParts> {
     recover_stale(core, session_id)?;
+    let mut chat = history::ChatCache::default();
     loop {
         if cancel.is_cancelled() {
             break;
@@ -130,13 +133,13 @@ pub(crate) async fn run(
         } else {
             resolve_tools(core, agent, &session)
         };
-        let mut messages = history::to_chat(&msgs);
+        let mut messages = chat.to_chat(&msgs);
         if last_step {
-            messages.push(ChatMessage::Assistant {
+            messages.push(Arc::new(ChatMessage::Assistant {
                 content: vec![AssistantContent::Text {
                     text: system::MAX_STEPS.to_string(),
                 }],
-            });
+            }));
         }
         let request = LlmRequest {
             session_id: session_id.clone(),

@@ -178,7 +178,7 @@ fn tool_states(s: &Setup) -> Vec<ToolState> {
 fn tool_results(req: &LlmRequest) -> Vec<(String, bool, String)> {
     req.messages
         .iter()
-        .filter_map(|m| match m {
+        .filter_map(|m| match &**m {
             ChatMessage::Tool { content } => Some(content),
             _ => None,
         })
@@ -300,7 +300,7 @@ async fn the_last_step_offers_no_tools_and_says_so() {
     assert_eq!(reqs.len(), 2);
     assert!(!reqs[0].tools.is_empty());
     assert!(reqs[1].tools.is_empty());
-    match reqs[1].messages.last() {
+    match reqs[1].messages.last().map(|m| &**m) {
         Some(ChatMessage::Assistant { content }) => {
             assert_eq!(
                 content,

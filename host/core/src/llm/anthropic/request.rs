@@ -24,7 +24,7 @@ pub fn body(
 ) -> Value {
     let mut messages: Vec<(String, Vec<Value>)> = Vec::new();
     for m in &req.messages {
-        let (role, blocks) = match m {
+        let (role, blocks) = match &**m {
             ChatMessage::User { content } => (
                 "user",
                 content
@@ -184,7 +184,10 @@ mod tests {
                     }],
                 },
                 user("try b"),
-            ],
+            ]
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect(),
             tools: vec![ToolSpec {
                 name: "read".into(),
                 description: "d".into(),
@@ -230,7 +233,10 @@ mod tests {
                         text: "Answer now.\n".into(),
                     }],
                 },
-            ],
+            ]
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect(),
             tools: vec![],
             max_output_tokens: None,
         };

@@ -6,6 +6,8 @@
 //! Reasoning is not sent back: OpenAI keeps none, and DeepSeek refuses
 //! `reasoning_content` in input messages.
 
+use serde::Serialize;
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Value, json};
 use warden_protocol::llm::{AssistantContent, ChatMessage, UserContent};
 use warden_protocol::{LlmRequest, ToolSpec};
@@ -19,110 +21,236 @@ pub enum MaxTokensField {
     MaxTokens,
 }
 
-/// The request body.
-pub fn body(
-    req: &LlmRequest,
+/// The request body, serialised straight from the request: a long session
+/// sends its whole history every step, so nothing is copied on the way.
+pub fn body<'a>(
+    req: &'a LlmRequest,
     field: MaxTokensField,
-    options: Option<&Map<String, Value>>,
-) -> Value {
-    let mut messages = Vec::new();
-    let system: Vec<&str> = req
-        .system
-        .iter()
-        .map(String::as_str)
-        .filter(|s| !s.is_empty())
-        .collect();
-    if !system.is_empty() {
-        messages.push(json!({"role": "system", "content": system.join("\n\n")}));
+    options: Option<&'a Map<String, Value>>,
+) -> Body<'a> {
+    Body {
+        req,
+        field,
+        options,
     }
-    for m in &req.messages {
-        match m {
-            ChatMessage::User { content } => {
-                let text: Vec<&str> = content
-                    .iter()
-                    .map(|c| match c {
-                        UserContent::Text { text } => text.as_str(),
-                    })
-                    .collect();
-                messages.push(json!({"role": "user", "content": text.join("\n\n")}));
+}
+
+/// See [`body`].
+pub struct Body<'a> {
+    req: &'a LlmRequest,
+    field: MaxTokensField,
+    options: Option<&'a Map<String, Value>>,
+}
+
+impl Serialize for Body<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // The model's configured `options` go in as given (temperature,
+        // `reasoning_effort`, a local server's own knobs), over the defaults.
+        let given = |k: &str| self.options.is_some_and(|o| o.contains_key(k));
+        let mut map = s.serialize_map(None)?;
+        if !given("model") {
+            map.serialize_entry("model", &self.req.model)?;
+        }
+        if !given("messages") {
+            map.serialize_entry("messages", &Messages(self.req))?;
+        }
+        if !given("stream") {
+            map.serialize_entry("stream", &true)?;
+        }
+        if !given("stream_options") {
+            map.serialize_entry("stream_options", &json!({"include_usage": true}))?;
+        }
+        if !self.req.tools.is_empty() && !given("tools") {
+            let tools: Vec<Tool<'_>> = self.req.tools.iter().map(Tool::from).collect();
+            map.serialize_entry("tools", &tools)?;
+        }
+        if let Some(max) = self.req.max_output_tokens {
+            let key = match self.field {
+                MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
+                MaxTokensField::MaxTokens => "max_tokens",
+            };
+            if !given(key) {
+                map.serialize_entry(key, &max)?;
             }
-            ChatMessage::Assistant { content } => {
-                if let Some(m) = assistant(content) {
-                    messages.push(m);
+        }
+        for (k, v) in self.options.into_iter().flatten() {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+/// The system prompt, then the conversation.
+struct Messages<'a>(&'a LlmRequest);
+
+impl Serialize for Messages<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let req = self.0;
+        let mut seq = s.serialize_seq(None)?;
+        let system: Vec<&str> = req
+            .system
+            .iter()
+            .map(String::as_str)
+            .filter(|s| !s.is_empty())
+            .collect();
+        if !system.is_empty() {
+            seq.serialize_element(&Wire::System {
+                content: Joined(&system),
+            })?;
+        }
+        for m in &req.messages {
+            match &**m {
+                ChatMessage::User { content } => {
+                    let text: Vec<&str> = content
+                        .iter()
+                        .map(|UserContent::Text { text }| text.as_str())
+                        .collect();
+                    seq.serialize_element(&Wire::User {
+                        content: Joined(&text),
+                    })?;
                 }
-            }
-            ChatMessage::Tool { content } => {
-                for r in content {
-                    messages.push(json!({
-                        "role": "tool",
-                        "tool_call_id": r.call_id,
-                        "content": r.output,
-                    }));
+                ChatMessage::Assistant { content } => {
+                    let mut text = Vec::new();
+                    let mut tool_calls = Vec::new();
+                    for c in content {
+                        match c {
+                            AssistantContent::Text { text: t } => text.push(t.as_str()),
+                            AssistantContent::Reasoning { .. } => {}
+                            AssistantContent::ToolCall {
+                                call_id,
+                                name,
+                                input,
+                            } => tool_calls.push(Call {
+                                id: call_id,
+                                kind: "function",
+                                function: Function {
+                                    name,
+                                    arguments: Arguments(input),
+                                },
+                            }),
+                        }
+                    }
+                    let text_empty = text.iter().all(|t| t.is_empty());
+                    if text_empty && tool_calls.is_empty() {
+                        continue;
+                    }
+                    seq.serialize_element(&Wire::Assistant {
+                        content: (!text_empty).then_some(Concatenated(&text)),
+                        tool_calls,
+                    })?;
+                }
+                ChatMessage::Tool { content } => {
+                    for r in content {
+                        seq.serialize_element(&Wire::Tool {
+                            tool_call_id: &r.call_id,
+                            content: &r.output,
+                        })?;
+                    }
                 }
             }
         }
+        seq.end()
     }
-    let mut body = json!({
-        "model": req.model,
-        "messages": messages,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    if !req.tools.is_empty() {
-        body["tools"] = Value::Array(req.tools.iter().map(tool).collect());
-    }
-    if let Some(max) = req.max_output_tokens {
-        let key = match field {
-            MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
-            MaxTokensField::MaxTokens => "max_tokens",
-        };
-        body[key] = json!(max);
-    }
-    merge_options(&mut body, options);
-    body
 }
 
-fn assistant(content: &[AssistantContent]) -> Option<Value> {
-    let mut text = String::new();
-    let mut calls = Vec::new();
-    for c in content {
-        match c {
-            AssistantContent::Text { text: t } => text.push_str(t),
-            AssistantContent::Reasoning { .. } => {}
-            AssistantContent::ToolCall {
-                call_id,
-                name,
-                input,
-            } => calls.push(json!({
-                "id": call_id,
-                "type": "function",
-                "function": {"name": name, "arguments": input.to_string()},
-            })),
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum Wire<'a> {
+    System {
+        content: Joined<'a>,
+    },
+    User {
+        content: Joined<'a>,
+    },
+    Assistant {
+        /// `null` when the message only calls tools.
+        content: Option<Concatenated<'a>>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<Call<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+struct Call<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: Function<'a>,
+}
+
+#[derive(Serialize)]
+struct Function<'a> {
+    name: &'a str,
+    arguments: Arguments<'a>,
+}
+
+/// The call's input as the JSON text the API wants, written without an
+/// intermediate string.
+struct Arguments<'a>(&'a Value);
+
+impl Serialize for Arguments<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self.0)
+    }
+}
+
+/// Texts as one string, separated by a blank line.
+struct Joined<'a>(&'a [&'a str]);
+
+impl Serialize for Joined<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            [one] => s.serialize_str(one),
+            many => s.serialize_str(&many.join("\n\n")),
         }
     }
-    if text.is_empty() && calls.is_empty() {
-        return None;
-    }
-    let mut m = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { Value::String(text) }});
-    if !calls.is_empty() {
-        m["tool_calls"] = Value::Array(calls);
-    }
-    Some(m)
 }
 
-fn tool(t: &ToolSpec) -> Value {
-    json!({
-        "type": "function",
-        "function": {
-            "name": t.name,
-            "description": t.description,
-            "parameters": t.parameters,
-        },
-    })
+/// Texts as one string, as they were streamed.
+struct Concatenated<'a>(&'a [&'a str]);
+
+impl Serialize for Concatenated<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            [one] => s.serialize_str(one),
+            many => s.serialize_str(&many.concat()),
+        }
+    }
 }
 
-/// The model's configured `options` go into the body as given (temperature,
-/// `reasoning_effort`, a local server's own knobs), over the defaults.
+#[derive(Serialize)]
+struct Tool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: ToolFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct ToolFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+impl<'a> From<&'a ToolSpec> for Tool<'a> {
+    fn from(t: &'a ToolSpec) -> Tool<'a> {
+        Tool {
+            kind: "function",
+            function: ToolFunction {
+                name: &t.name,
+                description: &t.description,
+                parameters: &t.parameters,
+            },
+        }
+    }
+}
+
+/// Put the model's configured `options` into a body built as a [`Value`]
+/// (the Responses and Anthropic requests), over the defaults.
 pub fn merge_options(body: &mut Value, options: Option<&Map<String, Value>>) {
     if let (Some(obj), Some(options)) = (body.as_object_mut(), options) {
         for (k, v) in options {
@@ -169,7 +297,10 @@ mod tests {
                         is_error: false,
                     }],
                 },
-            ],
+            ]
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect(),
             tools: vec![ToolSpec {
                 name: "read".into(),
                 description: "Read a file".into(),
@@ -183,11 +314,12 @@ mod tests {
     fn the_whole_body() {
         let mut options = Map::new();
         options.insert("temperature".into(), json!(0));
-        let body = body(
+        let body = serde_json::to_value(body(
             &request(),
             MaxTokensField::MaxCompletionTokens,
             Some(&options),
-        );
+        ))
+        .unwrap();
         assert_eq!(
             body,
             json!({
@@ -219,10 +351,57 @@ mod tests {
                 text: "only thinking".into(),
                 metadata: None,
             }],
-        }];
-        let body = body(&req, MaxTokensField::MaxTokens, None);
+        }]
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect();
+        let body = serde_json::to_value(body(&req, MaxTokensField::MaxTokens, None)).unwrap();
         assert_eq!(body["messages"].as_array().unwrap().len(), 1, "{body}");
         assert!(body.get("tools").is_none());
         assert!(body.get("max_tokens").is_none());
+    }
+
+    #[test]
+    fn options_replace_defaults_once_and_texts_keep_their_shape() {
+        let mut req = request();
+        req.messages = vec![
+            ChatMessage::User {
+                content: vec![
+                    UserContent::Text { text: "a".into() },
+                    UserContent::Text { text: "b".into() },
+                ],
+            },
+            ChatMessage::Assistant {
+                content: vec![
+                    AssistantContent::Text { text: "x".into() },
+                    AssistantContent::Text { text: "y".into() },
+                ],
+            },
+        ]
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect();
+        let mut options = Map::new();
+        options.insert("stream_options".into(), json!({"include_usage": false}));
+        options.insert("max_completion_tokens".into(), json!(5));
+        let text = serde_json::to_string(&body(
+            &req,
+            MaxTokensField::MaxCompletionTokens,
+            Some(&options),
+        ))
+        .unwrap();
+        assert_eq!(text.matches("\"stream_options\"").count(), 1, "{text}");
+        assert_eq!(text.matches("\"max_completion_tokens\"").count(), 1, "{text}");
+        let body: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(body["stream_options"], json!({"include_usage": false}));
+        assert_eq!(body["max_completion_tokens"], json!(5));
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "system", "content": "be brief\n\n<env>x</env>"},
+                {"role": "user", "content": "a\n\nb"},
+                {"role": "assistant", "content": "xy"},
+            ])
+        );
     }
 }

@@ -16,7 +16,7 @@ use super::chat::merge_options;
 pub fn body(req: &LlmRequest, options: Option<&Map<String, Value>>) -> Value {
     let mut input = Vec::new();
     for m in &req.messages {
-        match m {
+        match &**m {
             ChatMessage::User { content } => {
                 let text: Vec<&str> = content
                     .iter()
@@ -148,7 +148,10 @@ mod tests {
                         is_error: false,
                     }],
                 },
-            ],
+            ]
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect(),
             tools: vec![ToolSpec {
                 name: "read".into(),
                 description: "d".into(),
