@@ -757,7 +757,13 @@ pub async fn concurrency(work: &Path, ns: &[usize]) -> Result<Vec<Row>> {
             config,
             CoreOptions::default(),
         )?;
-        let took = batch(&core, n, &project, &cassette_path).await?;
+        // Enough calls for a p99 that is not just the slowest of a few: small
+        // N runs batch after batch of fresh sessions.
+        let batches = (400 / (n * CALLS)).max(1);
+        let mut took = Duration::ZERO;
+        for _ in 0..batches {
+            took += batch(&core, n, &project, &cassette_path).await?;
+        }
         let samples = timed_host
             .samples
             .lock()
@@ -767,10 +773,14 @@ pub async fn concurrency(work: &Path, ns: &[usize]) -> Result<Vec<Row>> {
         if n == 1 {
             single_median = s.median_us;
         }
-        let calls = n * CALLS;
+        let calls = batches * n * CALLS;
         let mut r = row(
             "P4",
-            format!("{n} sessions at once, {CALLS} tool calls each"),
+            if batches > 1 {
+                format!("{n} sessions at once, {CALLS} tool calls each ({batches} batches)")
+            } else {
+                format!("{n} sessions at once, {CALLS} tool calls each")
+            },
             format!(
                 "{:.0} calls/s · per-call {}",
                 calls as f64 / took.as_secs_f64(),
@@ -779,10 +789,12 @@ pub async fn concurrency(work: &Path, ns: &[usize]) -> Result<Vec<Row>> {
         )
         .data(json!({"sessions": n, "calls": calls, "seconds": took.as_secs_f64(), "per_call": s}));
         if n > 1 && single_median > 0.0 {
+            // The target is set for the largest N; smaller ones show the trend.
+            let largest = n == *ns.last().unwrap_or(&1);
             r = r.against(
                 format!("5× the 1-session median ({})", fmt_us(5.0 * single_median)),
                 s.p99_us / (5.0 * single_median),
-                Some(1.0),
+                largest.then_some(1.0),
             );
         }
         rows.push(r);

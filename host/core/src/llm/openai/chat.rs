@@ -391,7 +391,11 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(text.matches("\"stream_options\"").count(), 1, "{text}");
-        assert_eq!(text.matches("\"max_completion_tokens\"").count(), 1, "{text}");
+        assert_eq!(
+            text.matches("\"max_completion_tokens\"").count(),
+            1,
+            "{text}"
+        );
         let body: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(body["stream_options"], json!({"include_usage": false}));
         assert_eq!(body["max_completion_tokens"], json!(5));
