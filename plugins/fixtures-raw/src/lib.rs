@@ -21,7 +21,11 @@ impl Guest for Raw {
         }]
     }
 
-    fn execute(_ctx: CallContext, tool: String, _arguments: String) -> Result<ToolOutput, ToolError> {
+    fn execute(
+        _ctx: CallContext,
+        tool: String,
+        _arguments: String,
+    ) -> Result<ToolOutput, ToolError> {
         match tool.as_str() {
             "bad_meta" => Ok(ToolOutput {
                 output: "fine".into(),

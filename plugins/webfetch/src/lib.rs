@@ -8,7 +8,9 @@
 use serde::Deserialize;
 use warden_plugin_sdk::{Context, Error, Output, Tool, Value, json};
 use wasip2::http::outgoing_handler;
-use wasip2::http::types::{ErrorCode, Fields, IncomingResponse, Method, OutgoingRequest, RequestOptions, Scheme};
+use wasip2::http::types::{
+    ErrorCode, Fields, IncomingResponse, Method, OutgoingRequest, RequestOptions, Scheme,
+};
 use wasip2::io::streams::StreamError;
 
 /// Bytes read from the server at most.
@@ -53,7 +55,9 @@ impl Tool for WebFetch {
     fn execute(_ctx: &Context, args: Args) -> Result<Output, Error> {
         let format = args.format.as_deref().unwrap_or("markdown");
         if !matches!(format, "markdown" | "text" | "html") {
-            return Err(Error::InvalidArguments(format!("format must be markdown, text or html, not {format:?}")));
+            return Err(Error::InvalidArguments(format!(
+                "format must be markdown, text or html, not {format:?}"
+            )));
         }
         let timeout_ns = args.timeout.unwrap_or(30).clamp(1, 120) * 1_000_000_000;
         let mut url = args.url.trim().to_string();
@@ -64,11 +68,16 @@ impl Tool for WebFetch {
             let status = response.status();
             if (300..400).contains(&status) && status != 304 {
                 let Some(location) = header(&response, "location") else {
-                    return Err(Error::failed(format!("{url} answered HTTP {status} without a Location")));
+                    return Err(Error::failed(format!(
+                        "{url} answered HTTP {status} without a Location"
+                    )));
                 };
                 hops += 1;
                 if hops > MAX_REDIRECTS {
-                    return Err(Error::failed(format!("{} redirected more than {MAX_REDIRECTS} times", args.url)));
+                    return Err(Error::failed(format!(
+                        "{} redirected more than {MAX_REDIRECTS} times",
+                        args.url
+                    )));
                 }
                 url = target.join(&location);
                 continue;
@@ -78,18 +87,30 @@ impl Tool for WebFetch {
             }
             break (response, url);
         };
-        let content_type = header(&response, "content-type").unwrap_or_default().to_ascii_lowercase();
+        let content_type = header(&response, "content-type")
+            .unwrap_or_default()
+            .to_ascii_lowercase();
         let (body, cut) = read_body(response)?;
-        if content_type.starts_with("image/") || content_type.starts_with("audio/") || content_type.starts_with("video/") || body.contains(&0) {
+        if content_type.starts_with("image/")
+            || content_type.starts_with("audio/")
+            || content_type.starts_with("video/")
+            || body.contains(&0)
+        {
             return Err(Error::failed(format!(
                 "{final_url} is binary content ({}); webfetch returns text only",
-                if content_type.is_empty() { "no content type" } else { &content_type }
+                if content_type.is_empty() {
+                    "no content type"
+                } else {
+                    &content_type
+                }
             )));
         }
-        let html = content_type.contains("html") || (content_type.is_empty() && looks_like_html(&body));
+        let html =
+            content_type.contains("html") || (content_type.is_empty() && looks_like_html(&body));
         let mut text = match (format, html) {
             ("html", _) | (_, false) => String::from_utf8_lossy(&body).into_owned(),
-            (_, true) => html2text::from_read(&body[..], 100).unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned()),
+            (_, true) => html2text::from_read(&body[..], 100)
+                .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned()),
         };
         let mut truncated = cut;
         if text.len() > MAX_OUTPUT {
@@ -122,24 +143,37 @@ struct Target {
 
 impl Target {
     fn parse(url: &str) -> Result<Target, Error> {
-        let (scheme, rest) = url
-            .split_once("://")
-            .ok_or_else(|| Error::InvalidArguments(format!("{url:?} is not an absolute http(s) URL")))?;
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+            Error::InvalidArguments(format!("{url:?} is not an absolute http(s) URL"))
+        })?;
         let https = match scheme.to_ascii_lowercase().as_str() {
             "https" => true,
             "http" => false,
-            other => return Err(Error::InvalidArguments(format!("scheme {other:?} is not supported; use http or https"))),
+            other => {
+                return Err(Error::InvalidArguments(format!(
+                    "scheme {other:?} is not supported; use http or https"
+                )));
+            }
         };
         let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
         let authority = &rest[..end];
-        if authority.is_empty() || authority.contains('@') || authority.chars().any(char::is_whitespace) {
-            return Err(Error::InvalidArguments(format!("{url:?} has no usable host")));
+        if authority.is_empty()
+            || authority.contains('@')
+            || authority.chars().any(char::is_whitespace)
+        {
+            return Err(Error::InvalidArguments(format!(
+                "{url:?} has no usable host"
+            )));
         }
         let mut path = rest[end..].split('#').next().unwrap_or("").to_string();
         if !path.starts_with('/') {
             path.insert(0, '/');
         }
-        Ok(Target { https, authority: authority.to_string(), path })
+        Ok(Target {
+            https,
+            authority: authority.to_string(),
+            path,
+        })
     }
 
     /// Resolve a Location header against this URL.
@@ -162,7 +196,10 @@ fn get(target: &Target, timeout_ns: u64) -> Result<IncomingResponse, Error> {
     let headers = Fields::new();
     for (k, v) in [
         ("user-agent", "warden-webfetch/0.1"),
-        ("accept", "text/html, text/markdown;q=0.9, text/plain;q=0.8, */*;q=0.1"),
+        (
+            "accept",
+            "text/html, text/markdown;q=0.9, text/plain;q=0.8, */*;q=0.1",
+        ),
     ] {
         headers
             .append(k, v.as_bytes())
@@ -171,18 +208,26 @@ fn get(target: &Target, timeout_ns: u64) -> Result<IncomingResponse, Error> {
     let request = OutgoingRequest::new(headers);
     let ok = request.set_method(&Method::Get).is_ok()
         && request
-            .set_scheme(Some(&if target.https { Scheme::Https } else { Scheme::Http }))
+            .set_scheme(Some(&if target.https {
+                Scheme::Https
+            } else {
+                Scheme::Http
+            }))
             .is_ok()
         && request.set_authority(Some(&target.authority)).is_ok()
         && request.set_path_with_query(Some(&target.path)).is_ok();
     if !ok {
-        return Err(Error::InvalidArguments(format!("cannot build a request for {}{}", target.authority, target.path)));
+        return Err(Error::InvalidArguments(format!(
+            "cannot build a request for {}{}",
+            target.authority, target.path
+        )));
     }
     let options = RequestOptions::new();
     let _ = options.set_connect_timeout(Some(timeout_ns));
     let _ = options.set_first_byte_timeout(Some(timeout_ns));
     let _ = options.set_between_bytes_timeout(Some(timeout_ns));
-    let pending = outgoing_handler::handle(request, Some(options)).map_err(|e| http_error(target, &e))?;
+    let pending =
+        outgoing_handler::handle(request, Some(options)).map_err(|e| http_error(target, &e))?;
     pending.subscribe().block();
     match pending.get() {
         Some(Ok(Ok(response))) => Ok(response),
@@ -198,23 +243,34 @@ fn http_error(target: &Target, e: &ErrorCode) -> Error {
             target.authority
         )),
         ErrorCode::DnsError(_) => Error::failed(format!("cannot resolve {}", target.authority)),
-        ErrorCode::ConnectionRefused => Error::failed(format!("{} refused the connection", target.authority)),
+        ErrorCode::ConnectionRefused => {
+            Error::failed(format!("{} refused the connection", target.authority))
+        }
         ErrorCode::ConnectionTimeout | ErrorCode::ConnectionReadTimeout => {
             Error::failed(format!("{} did not answer in time", target.authority))
         }
-        other => Error::failed(format!("GET {}{} failed: {other:?}", target.authority, target.path)),
+        other => Error::failed(format!(
+            "GET {}{} failed: {other:?}",
+            target.authority, target.path
+        )),
     }
 }
 
 fn header(response: &IncomingResponse, name: &str) -> Option<String> {
     let values = response.headers().get(name);
-    values.first().map(|v| String::from_utf8_lossy(v).into_owned())
+    values
+        .first()
+        .map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
 /// The body, up to [`MAX_BODY`]; `true` when it was cut.
 fn read_body(response: IncomingResponse) -> Result<(Vec<u8>, bool), Error> {
-    let body = response.consume().map_err(|_| Error::failed("the response has no body".to_string()))?;
-    let stream = body.stream().map_err(|_| Error::failed("the response body cannot be read".to_string()))?;
+    let body = response
+        .consume()
+        .map_err(|_| Error::failed("the response has no body".to_string()))?;
+    let stream = body
+        .stream()
+        .map_err(|_| Error::failed("the response body cannot be read".to_string()))?;
     let mut out = Vec::new();
     loop {
         match stream.blocking_read(64 * 1024) {
@@ -227,7 +283,10 @@ fn read_body(response: IncomingResponse) -> Result<(Vec<u8>, bool), Error> {
             }
             Err(StreamError::Closed) => return Ok((out, false)),
             Err(StreamError::LastOperationFailed(e)) => {
-                return Err(Error::failed(format!("reading the response failed: {}", e.to_debug_string())));
+                return Err(Error::failed(format!(
+                    "reading the response failed: {}",
+                    e.to_debug_string()
+                )));
             }
         }
     }
