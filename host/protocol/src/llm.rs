@@ -322,3 +322,14 @@ pub struct LlmRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u32>,
 }
+
+impl LlmRequest {
+    /// The system prompt's non-empty parts, in order.
+    pub fn system_parts(&self) -> Vec<&str> {
+        self.system
+            .iter()
+            .map(String::as_str)
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
+}

@@ -825,35 +825,43 @@ mod tests {
         Ledger::in_memory(Bus::new()).unwrap()
     }
 
+    fn user_message(session: &SessionId) -> MessageInfo {
+        MessageInfo::User(UserInfo {
+            id: MessageId(id::ascending("msg")),
+            session_id: session.clone(),
+            created: 1,
+            agent: "build".into(),
+            model: ModelRef {
+                provider: "scripted".into(),
+                model: "x".into(),
+            },
+        })
+    }
+
+    fn text_part(message: &MessageInfo, text: String) -> Part {
+        Part {
+            id: id::ascending("prt").into(),
+            session_id: message.session_id().clone(),
+            message_id: message.id().clone(),
+            body: PartBody::Text {
+                text,
+                synthetic: false,
+                time: None,
+                ignored: false,
+            },
+        }
+    }
+
     #[test]
     fn messages_come_back_with_their_parts_in_id_order() {
         let l = ledger();
         let s = l.create_session("/w", "t").unwrap();
         let mut ids = Vec::new();
         for _ in 0..3 {
-            let info = MessageInfo::User(UserInfo {
-                id: MessageId(id::ascending("msg")),
-                session_id: s.id.clone(),
-                created: 1,
-                agent: "build".into(),
-                model: ModelRef {
-                    provider: "scripted".into(),
-                    model: "x".into(),
-                },
-            });
+            let info = user_message(&s.id);
             l.put_message(&info).unwrap();
             for n in 0..2 {
-                let part = Part {
-                    id: id::ascending("prt").into(),
-                    session_id: s.id.clone(),
-                    message_id: info.id().clone(),
-                    body: PartBody::Text {
-                        text: format!("{n}"),
-                        synthetic: false,
-                        time: None,
-                        ignored: false,
-                    },
-                };
+                let part = text_part(&info, format!("{n}"));
                 l.put_part(&part, PartWrite::Changed).unwrap();
             }
             ids.push(info.id().clone());
@@ -873,16 +881,7 @@ mod tests {
     fn only_changes_enter_the_timeline() {
         let l = ledger();
         let s = l.create_session("/w", "t").unwrap();
-        let info = MessageInfo::User(UserInfo {
-            id: MessageId(id::ascending("msg")),
-            session_id: s.id.clone(),
-            created: 1,
-            agent: "build".into(),
-            model: ModelRef {
-                provider: "scripted".into(),
-                model: "x".into(),
-            },
-        });
+        let info = user_message(&s.id);
         l.put_message(&info).unwrap();
         let mut part = Part {
             id: id::ascending("prt").into(),
@@ -1030,29 +1029,10 @@ mod tests {
         // What the first checkpoint found (the schema) is in the file by now.
         std::thread::sleep(Checkpointer::EVERY * 3);
         let before = std::fs::metadata(&path).unwrap().len();
-        let info = MessageInfo::User(UserInfo {
-            id: MessageId(id::ascending("msg")),
-            session_id: s.id.clone(),
-            created: 1,
-            agent: "build".into(),
-            model: ModelRef {
-                provider: "scripted".into(),
-                model: "x".into(),
-            },
-        });
+        let info = user_message(&s.id);
         l.put_message(&info).unwrap();
         for n in 0..200 {
-            let part = Part {
-                id: id::ascending("prt").into(),
-                session_id: s.id.clone(),
-                message_id: info.id().clone(),
-                body: PartBody::Text {
-                    text: format!("{n} {}", "x".repeat(500)),
-                    synthetic: false,
-                    time: None,
-                    ignored: false,
-                },
-            };
+            let part = text_part(&info, format!("{n} {}", "x".repeat(500)));
             l.put_part(&part, PartWrite::Changed).unwrap();
         }
         // SQLite alone would leave 100 KB in the log (its own threshold is

@@ -89,12 +89,7 @@ pub fn body(
         "messages": messages,
         "stream": true,
     });
-    let system: Vec<&str> = req
-        .system
-        .iter()
-        .map(String::as_str)
-        .filter(|s| !s.is_empty())
-        .collect();
+    let system = req.system_parts();
     if !system.is_empty() {
         body["system"] = json!(system.join("\n\n"));
     }

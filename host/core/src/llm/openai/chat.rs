@@ -87,12 +87,7 @@ impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let req = self.0;
         let mut seq = s.serialize_seq(None)?;
-        let system: Vec<&str> = req
-            .system
-            .iter()
-            .map(String::as_str)
-            .filter(|s| !s.is_empty())
-            .collect();
+        let system = req.system_parts();
         if !system.is_empty() {
             seq.serialize_element(&Wire::System {
                 content: Joined(&system),

@@ -72,12 +72,7 @@ pub fn body(req: &LlmRequest, options: Option<&Map<String, Value>>) -> Value {
         "stream": true,
         "store": false,
     });
-    let system: Vec<&str> = req
-        .system
-        .iter()
-        .map(String::as_str)
-        .filter(|s| !s.is_empty())
-        .collect();
+    let system = req.system_parts();
     if !system.is_empty() {
         body["instructions"] = json!(system.join("\n\n"));
     }
