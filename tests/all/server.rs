@@ -309,6 +309,59 @@ async fn a_permission_ask_answered_over_http_decides_the_call() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_watching_another_session_does_not_make_this_one_wait() {
+    let env = Env::new();
+    env.file("a.txt", "alpha\n");
+    env.config(json!({"permission": {"read": "ask"}}));
+    env.cassette(json!([
+        {"tool_calls": [{"id": "c1", "name": "read", "arguments": {"filePath": "a.txt"}}]},
+        {"text": "could not read it"}
+    ]));
+    let s = Server::start(&env, &[], &[]);
+    let c = client();
+    let watched = new_session(&c, &s, &env).await;
+    let unwatched = new_session(&c, &s, &env).await;
+    let _events = subscribe(s.url(&format!("/event?session={watched}"))).await;
+
+    // Answered when the loop ends: the ask was refused at once, not left waiting.
+    let (status, body) = send(
+        &c,
+        "POST",
+        &s.url(&format!("/session/{unwatched}/message")),
+        Some(json!({"text": "read a.txt", "model": model(&env)})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (_, messages) = send(
+        &c,
+        "GET",
+        &s.url(&format!("/session/{unwatched}/message")),
+        None,
+    )
+    .await;
+    let states: Vec<Value> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["parts"].as_array().unwrap().clone())
+        .filter(|p| p["type"] == "tool")
+        .map(|p| p["state"].clone())
+        .collect();
+    assert_eq!(states.len(), 1, "{messages}");
+    assert_eq!(states[0]["status"], "error");
+    assert!(
+        states[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("nobody was attached"),
+        "{}",
+        states[0]
+    );
+    let (_, pending) = send(&c, "GET", &s.url("/permission"), None).await;
+    assert_eq!(pending, json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_concurrent_prompts_on_one_session_are_answered_in_order() {
     let env = Env::new();
     let turns: Vec<Value> = (1..=50)

@@ -34,8 +34,12 @@ pub async fn events(
     crate::routes::ApiQuery(q): crate::routes::ApiQuery<EventQuery>,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let rx = state.core.bus().subscribe();
-    let attached = state.core.permissions().attach();
     let filter = q.session.map(SessionId);
+    // A client watching one session answers that session's questions only.
+    let attached = match &filter {
+        Some(session) => state.core.permissions().attach_to(session),
+        None => state.core.permissions().attach(),
+    };
     let hello = SseEvent::default()
         .event("server.connected")
         .data(serde_json::json!({"type": "server.connected", "session": filter}).to_string());

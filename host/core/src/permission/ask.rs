@@ -1,13 +1,13 @@
 //! Questions to whoever is attached (a terminal, an HTTP client).
 //!
-//! A front end that can answer calls [`Permissions::attach`] and keeps the
-//! guard while it listens for `permission.asked` events; it answers with
-//! [`Permissions::reply`]. With nobody attached, a question is a denial: the
-//! host never waits for an answer that cannot come.
+//! A front end that can answer calls [`Permissions::attach`] (every session)
+//! or [`Permissions::attach_to`] (one session) and keeps the guard while it
+//! listens for `permission.asked` events; it answers with
+//! [`Permissions::reply`]. With nobody attached for the session, a question
+//! is a denial: the host never waits for an answer that cannot come.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -20,10 +20,26 @@ struct Pending {
     tx: oneshot::Sender<PermissionReply>,
 }
 
+/// Who can answer, and what waits for an answer: one lock, so a question is
+/// never left waiting by a front end that leaves while it is being asked.
+#[derive(Default)]
+struct State {
+    pending: HashMap<String, Pending>,
+    /// Front ends that answer for every session.
+    everywhere: usize,
+    /// Front ends that answer for one session.
+    per_session: HashMap<SessionId, usize>,
+}
+
+impl State {
+    fn can_answer(&self, session: &SessionId) -> bool {
+        self.everywhere > 0 || self.per_session.get(session).is_some_and(|n| *n > 0)
+    }
+}
+
 struct Inner {
     ledger: Ledger,
-    attached: AtomicUsize,
-    pending: Mutex<HashMap<String, Pending>>,
+    state: Mutex<State>,
 }
 
 /// The question service. Cheap to clone.
@@ -35,24 +51,42 @@ pub struct Permissions {
 /// Keeps a front end counted as attached until dropped.
 pub struct AttachGuard {
     inner: Arc<Inner>,
+    session: Option<SessionId>,
 }
 
 impl Drop for AttachGuard {
     fn drop(&mut self) {
-        // The last one to leave: nobody can answer what is still waiting.
-        if self.inner.attached.fetch_sub(1, Ordering::SeqCst) == 1 {
-            let waiting: Vec<Pending> = {
-                let mut pending = self.inner.pending.lock().unwrap_or_else(|p| p.into_inner());
-                pending.drain().map(|(_, p)| p).collect()
-            };
-            for p in waiting {
-                let _ = p.tx.send(PermissionReply::Reject);
-                self.inner.ledger.bus().publish(Event::PermissionReplied {
-                    session_id: p.request.session_id.clone(),
-                    request_id: p.request.id.clone(),
-                    reply: PermissionReply::Reject,
-                });
+        // Questions nobody is left to answer are refused now, not left waiting.
+        let orphaned: Vec<Pending> = {
+            let mut state = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+            match &self.session {
+                None => state.everywhere -= 1,
+                Some(s) => {
+                    if let Some(n) = state.per_session.get_mut(s) {
+                        *n -= 1;
+                        if *n == 0 {
+                            state.per_session.remove(s);
+                        }
+                    }
+                }
             }
+            let gone: Vec<String> = state
+                .pending
+                .iter()
+                .filter(|(_, p)| !state.can_answer(&p.request.session_id))
+                .map(|(id, _)| id.clone())
+                .collect();
+            gone.iter()
+                .filter_map(|id| state.pending.remove(id))
+                .collect()
+        };
+        for p in orphaned {
+            let _ = p.tx.send(PermissionReply::Reject);
+            self.inner.ledger.bus().publish(Event::PermissionReplied {
+                session_id: p.request.session_id.clone(),
+                request_id: p.request.id.clone(),
+                reply: PermissionReply::Reject,
+            });
         }
     }
 }
@@ -66,7 +100,7 @@ struct Forget<'a> {
 
 impl Drop for Forget<'_> {
     fn drop(&mut self) {
-        self.permissions.lock().remove(&self.id);
+        self.permissions.lock().pending.remove(&self.id);
     }
 }
 
@@ -75,27 +109,38 @@ impl Permissions {
         Permissions {
             inner: Arc::new(Inner {
                 ledger,
-                attached: AtomicUsize::new(0),
-                pending: Mutex::new(HashMap::new()),
+                state: Mutex::new(State::default()),
             }),
         }
     }
 
-    /// Count the caller as someone who answers questions, until the guard drops.
+    /// Count the caller as someone who answers questions of every session,
+    /// until the guard drops.
     pub fn attach(&self) -> AttachGuard {
-        self.inner.attached.fetch_add(1, Ordering::SeqCst);
+        self.lock().everywhere += 1;
         AttachGuard {
             inner: self.inner.clone(),
+            session: None,
         }
     }
 
-    /// Whether anyone can answer.
-    pub fn is_attached(&self) -> bool {
-        self.inner.attached.load(Ordering::SeqCst) > 0
+    /// Count the caller as someone who answers questions of one session
+    /// (a client watching only that session's events), until the guard drops.
+    pub fn attach_to(&self, session: &SessionId) -> AttachGuard {
+        *self.lock().per_session.entry(session.clone()).or_default() += 1;
+        AttachGuard {
+            inner: self.inner.clone(),
+            session: Some(session.clone()),
+        }
     }
 
-    /// Ask and wait for the answer. `Reject` at once when nobody is attached
-    /// or when `cancel` fires.
+    /// Whether anyone can answer a question of this session.
+    pub fn can_answer(&self, session: &SessionId) -> bool {
+        self.lock().can_answer(session)
+    }
+
+    /// Ask and wait for the answer. `Reject` at once when nobody can answer
+    /// for the session, and when `cancel` fires.
     pub async fn ask(
         &self,
         mut request: PermissionRequest,
@@ -107,7 +152,22 @@ impl Permissions {
         let bus = self.inner.ledger.bus().clone();
         let session_id = request.session_id.clone();
         let request_id = request.id.clone();
-        if !self.is_attached() {
+        let (tx, rx) = oneshot::channel();
+        let waiting = {
+            let mut state = self.lock();
+            let answerable = state.can_answer(&session_id);
+            if answerable {
+                state.pending.insert(
+                    request.id.clone(),
+                    Pending {
+                        request: request.clone(),
+                        tx,
+                    },
+                );
+            }
+            answerable
+        };
+        if !waiting {
             bus.publish(Event::PermissionAsked { request });
             bus.publish(Event::PermissionReplied {
                 session_id,
@@ -116,14 +176,6 @@ impl Permissions {
             });
             return PermissionReply::Reject;
         }
-        let (tx, rx) = oneshot::channel();
-        self.lock().insert(
-            request.id.clone(),
-            Pending {
-                request: request.clone(),
-                tx,
-            },
-        );
         let _forget = Forget {
             permissions: self,
             id: request_id,
@@ -139,7 +191,7 @@ impl Permissions {
     /// the request's `always` patterns, and settles other pending questions
     /// of the session that those rules now allow.
     pub fn reply(&self, request_id: &str, reply: PermissionReply) -> Result<(), String> {
-        let Some(p) = self.lock().remove(request_id) else {
+        let Some(p) = self.lock().pending.remove(request_id) else {
             return Err(format!("no pending permission request {request_id}"));
         };
         let session_id = p.request.session_id.clone();
@@ -183,6 +235,7 @@ impl Permissions {
             .map_err(|e| e.to_string())?;
         let settled: Vec<String> = self
             .lock()
+            .pending
             .values()
             .filter(|q| &q.request.session_id == session_id)
             .filter(|q| {
@@ -206,6 +259,7 @@ impl Permissions {
     pub fn pending(&self, session: Option<&SessionId>) -> Vec<PermissionRequest> {
         let mut out: Vec<PermissionRequest> = self
             .lock()
+            .pending
             .values()
             .filter(|p| session.is_none_or(|s| &p.request.session_id == s))
             .map(|p| p.request.clone())
@@ -214,8 +268,8 @@ impl Permissions {
         out
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
-        self.inner.pending.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -293,5 +347,68 @@ mod tests {
             p.reply(&id, PermissionReply::Once).is_err(),
             "answered questions are gone"
         );
+    }
+
+    #[tokio::test]
+    async fn a_front_end_for_one_session_answers_only_that_session() {
+        let ledger = Ledger::in_memory(Bus::new()).unwrap();
+        let a = ledger.create_session("/w", "a").unwrap();
+        let b = ledger.create_session("/w", "b").unwrap();
+        let p = Permissions::new(ledger.clone());
+        let guard = p.attach_to(&a.id);
+        assert!(p.can_answer(&a.id));
+        assert!(!p.can_answer(&b.id));
+        // Nobody watches b: its question is refused without waiting.
+        assert_eq!(
+            p.ask(request(&b.id), &CancellationToken::new()).await,
+            PermissionReply::Reject
+        );
+        assert!(p.pending(None).is_empty());
+
+        // a's question waits, and is refused when its only watcher leaves.
+        let mut events = ledger.bus().subscribe();
+        let asker = {
+            let p = p.clone();
+            let a = a.id.clone();
+            tokio::spawn(async move { p.ask(request(&a), &CancellationToken::new()).await })
+        };
+        while !matches!(
+            &*events.recv().await.unwrap(),
+            Event::PermissionAsked { .. }
+        ) {}
+        assert_eq!(p.pending(Some(&a.id)).len(), 1);
+        drop(guard);
+        assert_eq!(asker.await.unwrap(), PermissionReply::Reject);
+        assert!(p.pending(None).is_empty());
+        assert!(!p.can_answer(&a.id));
+    }
+
+    #[tokio::test]
+    async fn leaving_keeps_questions_someone_else_can_still_answer() {
+        let ledger = Ledger::in_memory(Bus::new()).unwrap();
+        let a = ledger.create_session("/w", "a").unwrap();
+        let p = Permissions::new(ledger.clone());
+        let everywhere = p.attach();
+        let one = p.attach_to(&a.id);
+        let mut events = ledger.bus().subscribe();
+        let asker = {
+            let p = p.clone();
+            let a = a.id.clone();
+            tokio::spawn(async move { p.ask(request(&a), &CancellationToken::new()).await })
+        };
+        let id = loop {
+            if let Event::PermissionAsked { request } = &*events.recv().await.unwrap() {
+                break request.id.clone();
+            }
+        };
+        drop(everywhere);
+        assert_eq!(
+            p.pending(None).len(),
+            1,
+            "the session's own watcher is still there"
+        );
+        p.reply(&id, PermissionReply::Once).unwrap();
+        assert_eq!(asker.await.unwrap(), PermissionReply::Once);
+        drop(one);
     }
 }

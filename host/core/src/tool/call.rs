@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use warden_protocol::{Action, PermissionReply, PermissionRequest, Rule};
+use warden_protocol::{Action, PermissionReply, PermissionRequest, Rule, SessionId};
 
 use super::{
     AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookDef, ToolDef,
@@ -439,7 +439,12 @@ async fn check_call(env: &CallEnv, req: &CallRequest, input: &Value) -> Result<(
             )
             .await;
             if reply == PermissionReply::Reject {
-                Err(rejected(env, &tool.permission, &pattern))
+                Err(rejected(
+                    env,
+                    &req.ctx.session_id,
+                    &tool.permission,
+                    &pattern,
+                ))
             } else {
                 Ok(())
             }
@@ -577,8 +582,8 @@ fn guest_may_ask(permission: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn rejected(env: &CallEnv, permission: &str, pattern: &str) -> String {
-    if env.permissions.is_attached() {
+fn rejected(env: &CallEnv, session: &SessionId, permission: &str, pattern: &str) -> String {
+    if env.permissions.can_answer(session) {
         format!(
             "permission denied: `{permission}` on `{pattern}` needs approval and the user rejected it"
         )
@@ -746,9 +751,12 @@ impl CallObserver for Observer {
                     outcome,
                 );
                 match reply {
-                    PermissionReply::Reject => {
-                        Err(rejected(&self.env, &permission, &patterns.join(" ")))
-                    }
+                    PermissionReply::Reject => Err(rejected(
+                        &self.env,
+                        &self.ctx.session_id,
+                        &permission,
+                        &patterns.join(" "),
+                    )),
                     _ => Ok(()),
                 }
             }
