@@ -26,6 +26,13 @@ pub enum CoreError {
         supported: i64,
     },
 
+    /// The ledger has this version's number but an older development layout
+    /// (written before 0.1 fixed its schema). Raised when opening.
+    #[error(
+        "the ledger at {path} was written by a development build of warden with an older layout; move it away (or pass another --data-dir) and warden starts a new one"
+    )]
+    LedgerPreRelease { path: String },
+
     /// No such session. Raised by every per-session entry point.
     #[error("no session {0}; `warden session list` shows the sessions in this ledger")]
     SessionNotFound(SessionId),

@@ -76,6 +76,7 @@ impl From<CoreError> for ApiError {
             CoreError::Ledger(_)
             | CoreError::Corrupt { .. }
             | CoreError::LedgerTooNew { .. }
+            | CoreError::LedgerPreRelease { .. }
             | CoreError::Internal(_) => {
                 tracing::error!("{message}");
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)

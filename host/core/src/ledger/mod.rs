@@ -798,6 +798,18 @@ fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
             supported,
         });
     }
+    // Before 0.1, schema 1 keyed messages by their id alone; such a file
+    // would fail on its first write, so it is refused with a way out.
+    let keyed_by_session: bool = conn.query_row(
+        "SELECT COUNT(*) = 0 OR SUM(name = 'session_id' AND pk = 1) = 1 FROM pragma_table_info('message')",
+        [],
+        |r| r.get(0),
+    )?;
+    if version >= 1 && !keyed_by_session {
+        return Err(CoreError::LedgerPreRelease {
+            path: path.to_string(),
+        });
+    }
     for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
@@ -1059,5 +1071,26 @@ mod tests {
                 .len(),
             200
         );
+    }
+
+    #[test]
+    fn a_ledger_from_before_the_schema_was_fixed_is_refused_with_a_way_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT NOT NULL, role TEXT NOT NULL,
+                                   info TEXT NOT NULL, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+        drop(c);
+        match Ledger::open(&path, Bus::new()) {
+            Err(e @ CoreError::LedgerPreRelease { .. }) => {
+                assert!(e.to_string().contains("move it away"), "{e}")
+            }
+            Err(e) => panic!("unexpected {e}"),
+            Ok(_) => panic!("opened a ledger it cannot write"),
+        }
     }
 }
