@@ -12,13 +12,14 @@ use warden_core::tool::{
     AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookDef, ToolDef,
     ToolHost, ToolOutput,
 };
+use wasmtime::Store;
 
 use crate::bindings::v0_1_0::tool::warden::plugin::types as wit;
 use crate::builtin;
 use crate::engine::Sandbox;
 use crate::error::RuntimeError;
 use crate::plugin::{self, LoadedPlugin, PluginSource, Provides};
-use crate::sandbox::{self, Limits};
+use crate::sandbox::{self, GuestState, Limits};
 
 /// Runs guests for the core.
 pub struct WasmHost {
@@ -183,6 +184,40 @@ impl WasmHost {
                 message: "it is not loaded".into(),
             })
     }
+
+    /// One guest call: a fresh store with the plugin's grants and limits in
+    /// the session's directory, `call` run in it within the time limit, and a
+    /// trap turned into the error that names its cause.
+    async fn call_guest<T>(
+        &self,
+        plugin: &LoadedPlugin,
+        ctx: &CallContext,
+        observer: Arc<dyn CallObserver>,
+        call: impl AsyncFnOnce(&mut Store<GuestState>) -> wasmtime::Result<T>,
+    ) -> Result<T, GuestError> {
+        let limits = &plugin.limits;
+        let mut store = sandbox::store(
+            &self.sandbox.engine,
+            &plugin.name,
+            &plugin.grants,
+            limits,
+            Some(&ctx.directory),
+            Some(observer),
+        )?;
+        match tokio::time::timeout(limits.timeout, call(&mut store)).await {
+            Err(_) => Err(GuestError::Timeout {
+                guest: plugin.guest().to_string(),
+                limit_ms: limits.timeout.as_millis() as u64,
+            }),
+            Ok(Err(e)) => Err(sandbox::classify(
+                e,
+                &plugin.guest().to_string(),
+                limits,
+                &store.data().stderr(),
+            )),
+            Ok(Ok(v)) => Ok(v),
+        }
+    }
 }
 
 fn wit_ctx(ctx: &CallContext) -> wit::CallContext {
@@ -269,45 +304,30 @@ impl ToolHost for WasmHost {
         observer: Arc<dyn CallObserver>,
     ) -> Result<ToolOutput, GuestError> {
         let plugin = self.plugin(&tool.guest.plugin)?;
-        let guest = plugin.guest().to_string();
+        let (guest, limits) = (plugin.guest().to_string(), &plugin.limits);
         let Provides::Tools { pre, .. } = &plugin.provides else {
             return Err(GuestError::Unavailable {
                 guest,
                 message: "it is a hook plugin, not a tool plugin".into(),
             });
         };
-        let limits = &plugin.limits;
-        let mut store = sandbox::store(
-            &self.sandbox.engine,
-            &plugin.name,
-            &plugin.grants,
-            limits,
-            Some(&ctx.directory),
-            Some(observer),
-        )?;
         let wctx = wit_ctx(ctx);
-        let result = tokio::time::timeout(limits.timeout, async {
-            let instance = pre.instantiate_async(&mut store).await?;
-            instance
-                .warden_plugin_tool()
-                .call_execute(&mut store, &wctx, &tool.id, arguments)
-                .await
-        })
-        .await;
+        let result = self
+            .call_guest(plugin, ctx, observer, async |store| {
+                let instance = pre.instantiate_async(&mut *store).await?;
+                instance
+                    .warden_plugin_tool()
+                    .call_execute(&mut *store, &wctx, &tool.id, arguments)
+                    .await
+            })
+            .await?;
         match result {
-            Err(_) => Err(GuestError::Timeout {
-                guest,
-                limit_ms: limits.timeout.as_millis() as u64,
-            }),
-            Ok(Err(e)) => Err(sandbox::classify(e, &guest, limits, &store.data().stderr())),
-            Ok(Ok(Err(e))) => Err(match e {
-                wit::ToolError::InvalidArguments(m) => {
-                    GuestError::InvalidArguments(capped(m, limits))
-                }
-                wit::ToolError::Failed(m) => GuestError::Failed(capped(m, limits)),
-                wit::ToolError::Denied(m) => GuestError::Denied(capped(m, limits)),
-            }),
-            Ok(Ok(Ok(o))) => checked_output(o, &guest, limits),
+            Err(wit::ToolError::InvalidArguments(m)) => {
+                Err(GuestError::InvalidArguments(capped(m, limits)))
+            }
+            Err(wit::ToolError::Failed(m)) => Err(GuestError::Failed(capped(m, limits))),
+            Err(wit::ToolError::Denied(m)) => Err(GuestError::Denied(capped(m, limits))),
+            Ok(o) => checked_output(o, &guest, limits),
         }
     }
 
@@ -321,57 +341,40 @@ impl ToolHost for WasmHost {
     ) -> Result<BeforeDecision, GuestError> {
         use crate::bindings::v0_1_0::hook::exports::warden::plugin::hooks::BeforeDecision as W;
         let plugin = self.plugin(&hook.guest.plugin)?;
-        let guest = plugin.guest().to_string();
+        let (guest, limits) = (plugin.guest().to_string(), &plugin.limits);
         let Provides::Hooks { pre, .. } = &plugin.provides else {
             return Err(GuestError::Unavailable {
                 guest,
                 message: "it is a tool plugin, not a hook plugin".into(),
             });
         };
-        let limits = &plugin.limits;
-        let mut store = sandbox::store(
-            &self.sandbox.engine,
-            &plugin.name,
-            &plugin.grants,
-            limits,
-            Some(&ctx.directory),
-            Some(observer),
-        )?;
         let wctx = wit_ctx(ctx);
-        let result = tokio::time::timeout(limits.timeout, async {
-            let instance = pre.instantiate_async(&mut store).await?;
-            instance
-                .warden_plugin_hooks()
-                .call_before(&mut store, &wctx, tool, arguments)
-                .await
-        })
-        .await;
-        match result {
-            Err(_) => Err(GuestError::Timeout {
+        let decision = self
+            .call_guest(plugin, ctx, observer, async |store| {
+                let instance = pre.instantiate_async(&mut *store).await?;
+                instance
+                    .warden_plugin_hooks()
+                    .call_before(&mut *store, &wctx, tool, arguments)
+                    .await
+            })
+            .await?;
+        let size = match &decision {
+            W::Allow => 0,
+            W::Block(s) | W::Rewrite(s) | W::Ask(s) => s.len(),
+        };
+        if size > limits.max_output {
+            return Err(GuestError::OutputTooLarge {
                 guest,
-                limit_ms: limits.timeout.as_millis() as u64,
-            }),
-            Ok(Err(e)) => Err(sandbox::classify(e, &guest, limits, &store.data().stderr())),
-            Ok(Ok(d)) => {
-                let size = match &d {
-                    W::Allow => 0,
-                    W::Block(s) | W::Rewrite(s) | W::Ask(s) => s.len(),
-                };
-                if size > limits.max_output {
-                    return Err(GuestError::OutputTooLarge {
-                        guest,
-                        size,
-                        limit: limits.max_output,
-                    });
-                }
-                Ok(match d {
-                    W::Allow => BeforeDecision::Allow,
-                    W::Block(r) => BeforeDecision::Block(r),
-                    W::Rewrite(a) => BeforeDecision::Rewrite(a),
-                    W::Ask(r) => BeforeDecision::Ask(r),
-                })
-            }
+                size,
+                limit: limits.max_output,
+            });
         }
+        Ok(match decision {
+            W::Allow => BeforeDecision::Allow,
+            W::Block(r) => BeforeDecision::Block(r),
+            W::Rewrite(a) => BeforeDecision::Rewrite(a),
+            W::Ask(r) => BeforeDecision::Ask(r),
+        })
     }
 
     async fn after(
@@ -385,44 +388,31 @@ impl ToolHost for WasmHost {
     ) -> Result<AfterDecision, GuestError> {
         use crate::bindings::v0_1_0::hook::exports::warden::plugin::hooks::AfterDecision as W;
         let plugin = self.plugin(&hook.guest.plugin)?;
-        let guest = plugin.guest().to_string();
+        let (guest, limits) = (plugin.guest().to_string(), &plugin.limits);
         let Provides::Hooks { pre, .. } = &plugin.provides else {
             return Err(GuestError::Unavailable {
                 guest,
                 message: "it is a tool plugin, not a hook plugin".into(),
             });
         };
-        let limits = &plugin.limits;
-        let mut store = sandbox::store(
-            &self.sandbox.engine,
-            &plugin.name,
-            &plugin.grants,
-            limits,
-            Some(&ctx.directory),
-            Some(observer),
-        )?;
         let wctx = wit_ctx(ctx);
         let current = wit::ToolOutput {
             output: output.output.clone(),
             title: output.title.clone(),
             metadata: output.metadata.to_string(),
         };
-        let result = tokio::time::timeout(limits.timeout, async {
-            let instance = pre.instantiate_async(&mut store).await?;
-            instance
-                .warden_plugin_hooks()
-                .call_after(&mut store, &wctx, tool, arguments, &current)
-                .await
-        })
-        .await;
-        match result {
-            Err(_) => Err(GuestError::Timeout {
-                guest,
-                limit_ms: limits.timeout.as_millis() as u64,
-            }),
-            Ok(Err(e)) => Err(sandbox::classify(e, &guest, limits, &store.data().stderr())),
-            Ok(Ok(W::Keep)) => Ok(AfterDecision::Keep),
-            Ok(Ok(W::Rewrite(o))) => checked_output(o, &guest, limits).map(AfterDecision::Rewrite),
+        let decision = self
+            .call_guest(plugin, ctx, observer, async |store| {
+                let instance = pre.instantiate_async(&mut *store).await?;
+                instance
+                    .warden_plugin_hooks()
+                    .call_after(&mut *store, &wctx, tool, arguments, &current)
+                    .await
+            })
+            .await?;
+        match decision {
+            W::Keep => Ok(AfterDecision::Keep),
+            W::Rewrite(o) => checked_output(o, &guest, limits).map(AfterDecision::Rewrite),
         }
     }
 }
