@@ -14,6 +14,7 @@ use warden_core::tool::{
 };
 use wasmtime::Store;
 
+use crate::bindings::v0_1_0::hook;
 use crate::bindings::v0_1_0::tool::warden::plugin::types as wit;
 use crate::builtin;
 use crate::engine::Sandbox;
@@ -185,6 +186,21 @@ impl WasmHost {
             })
     }
 
+    /// The plugin behind a hook, and its pre-instantiated component.
+    fn hook_plugin(
+        &self,
+        hook: &HookDef,
+    ) -> Result<(&LoadedPlugin, &hook::HookPluginPre<GuestState>), GuestError> {
+        let plugin = self.plugin(&hook.guest.plugin)?;
+        match &plugin.provides {
+            Provides::Hooks { pre, .. } => Ok((plugin, pre)),
+            Provides::Tools { .. } => Err(GuestError::Unavailable {
+                guest: plugin.guest().to_string(),
+                message: "it is a tool plugin, not a hook plugin".into(),
+            }),
+        }
+    }
+
     /// One guest call: a fresh store with the plugin's grants and limits in
     /// the session's directory, `call` run in it within the time limit, and a
     /// trap turned into the error that names its cause.
@@ -204,19 +220,7 @@ impl WasmHost {
             Some(&ctx.directory),
             Some(observer),
         )?;
-        match tokio::time::timeout(limits.timeout, call(&mut store)).await {
-            Err(_) => Err(GuestError::Timeout {
-                guest: plugin.guest().to_string(),
-                limit_ms: limits.timeout.as_millis() as u64,
-            }),
-            Ok(Err(e)) => Err(sandbox::classify(
-                e,
-                &plugin.guest().to_string(),
-                limits,
-                &store.data().stderr(),
-            )),
-            Ok(Ok(v)) => Ok(v),
-        }
+        sandbox::run(&mut store, limits, &plugin.guest().to_string(), call).await
     }
 }
 
@@ -340,14 +344,8 @@ impl ToolHost for WasmHost {
         observer: Arc<dyn CallObserver>,
     ) -> Result<BeforeDecision, GuestError> {
         use crate::bindings::v0_1_0::hook::exports::warden::plugin::hooks::BeforeDecision as W;
-        let plugin = self.plugin(&hook.guest.plugin)?;
+        let (plugin, pre) = self.hook_plugin(hook)?;
         let (guest, limits) = (plugin.guest().to_string(), &plugin.limits);
-        let Provides::Hooks { pre, .. } = &plugin.provides else {
-            return Err(GuestError::Unavailable {
-                guest,
-                message: "it is a tool plugin, not a hook plugin".into(),
-            });
-        };
         let wctx = wit_ctx(ctx);
         let decision = self
             .call_guest(plugin, ctx, observer, async |store| {
@@ -387,14 +385,8 @@ impl ToolHost for WasmHost {
         observer: Arc<dyn CallObserver>,
     ) -> Result<AfterDecision, GuestError> {
         use crate::bindings::v0_1_0::hook::exports::warden::plugin::hooks::AfterDecision as W;
-        let plugin = self.plugin(&hook.guest.plugin)?;
+        let (plugin, pre) = self.hook_plugin(hook)?;
         let (guest, limits) = (plugin.guest().to_string(), &plugin.limits);
-        let Provides::Hooks { pre, .. } = &plugin.provides else {
-            return Err(GuestError::Unavailable {
-                guest,
-                message: "it is a tool plugin, not a hook plugin".into(),
-            });
-        };
         let wctx = wit_ctx(ctx);
         let current = wit::ToolOutput {
             output: output.output.clone(),

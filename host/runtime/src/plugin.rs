@@ -171,51 +171,29 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
     let provides = match world {
         World::Tool => {
             let pre = tool::ToolPluginPre::new(pre).map_err(|e| contract_err(format!("{e:#}")))?;
-            let described = tokio::time::timeout(limits.timeout, async {
-                let instance = pre.instantiate_async(&mut store).await?;
+            let described = sandbox::run(&mut store, &limits, &guest.to_string(), async |store| {
+                let instance = pre.instantiate_async(&mut *store).await?;
                 instance
                     .warden_plugin_tool()
-                    .call_describe(&mut store)
+                    .call_describe(&mut *store)
                     .await
             })
             .await
-            .map_err(|_| {
-                describe_err(format!(
-                    "describe ran past the time limit of {} ms",
-                    limits.timeout.as_millis()
-                ))
-            })?
-            .map_err(|e| {
-                describe_err(
-                    sandbox::classify(e, &guest.to_string(), &limits, &store.data().stderr())
-                        .to_string(),
-                )
-            })?;
+            .map_err(|e| describe_err(e.to_string()))?;
             let tools = check_tools(&guest, described, src.tools).map_err(describe_err)?;
             Provides::Tools { pre, tools }
         }
         World::Hook => {
             let pre = hook::HookPluginPre::new(pre).map_err(|e| contract_err(format!("{e:#}")))?;
-            let spec = tokio::time::timeout(limits.timeout, async {
-                let instance = pre.instantiate_async(&mut store).await?;
+            let spec = sandbox::run(&mut store, &limits, &guest.to_string(), async |store| {
+                let instance = pre.instantiate_async(&mut *store).await?;
                 instance
                     .warden_plugin_hooks()
-                    .call_describe(&mut store)
+                    .call_describe(&mut *store)
                     .await
             })
             .await
-            .map_err(|_| {
-                describe_err(format!(
-                    "describe ran past the time limit of {} ms",
-                    limits.timeout.as_millis()
-                ))
-            })?
-            .map_err(|e| {
-                describe_err(
-                    sandbox::classify(e, &guest.to_string(), &limits, &store.data().stderr())
-                        .to_string(),
-                )
-            })?;
+            .map_err(|e| describe_err(e.to_string()))?;
             if spec.before.is_empty() && spec.after.is_empty() {
                 return Err(describe_err(
                     "the hook wants no tool calls (both its before and after lists are empty)"

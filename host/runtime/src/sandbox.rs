@@ -441,6 +441,25 @@ fn panic_message(stderr: &str) -> Option<String> {
     Some(out.chars().take(1000).collect())
 }
 
+/// Run `call` on a store within its time limit; a trap or a timeout becomes
+/// the error that names the guest and the cause. Every guest call, the
+/// self-description included, goes through here.
+pub async fn run<T>(
+    store: &mut Store<GuestState>,
+    limits: &Limits,
+    guest: &str,
+    call: impl AsyncFnOnce(&mut Store<GuestState>) -> wasmtime::Result<T>,
+) -> Result<T, GuestError> {
+    match tokio::time::timeout(limits.timeout, call(store)).await {
+        Err(_) => Err(GuestError::Timeout {
+            guest: guest.to_string(),
+            limit_ms: limits.timeout.as_millis() as u64,
+        }),
+        Ok(Err(e)) => Err(classify(e, guest, limits, &store.data().stderr())),
+        Ok(Ok(v)) => Ok(v),
+    }
+}
+
 /// Turn a wasmtime failure into what the model and the operator are told,
 /// naming the guest and the cause (without wasm backtraces).
 pub fn classify(err: wasmtime::Error, guest: &str, limits: &Limits, stderr: &str) -> GuestError {
