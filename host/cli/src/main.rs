@@ -11,7 +11,6 @@ macro_rules! say {
 }
 
 mod app;
-mod bench;
 mod demo;
 mod plugin_cmd;
 mod render;
@@ -78,8 +77,6 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// Measure warden against the physical floor; prints a table, writes JSON.
-    Bench(bench::BenchArgs),
     /// Serve the HTTP API and the live event stream.
     Serve(serve::ServeArgs),
     /// Inspect the plugins the config loads.
@@ -118,7 +115,6 @@ fn main() -> ExitCode {
             Command::Trace { id, format, common } => trace::trace(&id, format, common),
             Command::Plugin { command, common } => plugin_cmd::plugin(command, common).await,
             Command::Serve(args) => serve::serve(args).await,
-            Command::Bench(args) => bench::bench(args).await,
         }
     });
     match result {
