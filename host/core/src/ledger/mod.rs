@@ -8,8 +8,10 @@
 //! published on the [`Bus`] after it commits.
 
 mod audit;
+mod checkpoint;
 mod codec;
 pub mod id;
+mod lease;
 mod schema;
 mod timeline;
 
@@ -22,6 +24,8 @@ use warden_protocol::{
     Event, MessageId, MessageInfo, MessageWithParts, Millis, Part, PartBody, Rule, SessionId,
     SessionInfo,
 };
+
+use checkpoint::Checkpointer;
 
 use crate::bus::Bus;
 use crate::clock::now_ms;
@@ -65,52 +69,6 @@ pub struct Ledger {
     _checkpointer: Option<Arc<Checkpointer>>,
 }
 
-/// Moves the write-ahead log into the database file from a thread of its own,
-/// on its own connection, so that no write of a tool call pays for it. Left
-/// to SQLite, the commit that crosses the log's threshold copies it back and
-/// syncs the file: one tool call in a hundred took milliseconds longer.
-struct Checkpointer {
-    stop: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Checkpointer {
-    const EVERY: std::time::Duration = std::time::Duration::from_millis(500);
-
-    fn start(path: &Path) -> Result<Checkpointer> {
-        let conn = Connection::open(path)?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))?;
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("warden-ledger-checkpoint".into())
-            .spawn(move || {
-                // A passive checkpoint never waits for a writer or a reader:
-                // it copies what it can and leaves the rest for next time.
-                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                    stopped.recv_timeout(Self::EVERY)
-                {
-                    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-                    {
-                        tracing::warn!("ledger checkpoint failed (will retry): {e}");
-                    }
-                }
-            })
-            .map_err(|e| CoreError::Internal(format!("cannot start the checkpoint thread: {e}")))?;
-        Ok(Checkpointer {
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Checkpointer {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
 
 impl Ledger {
     /// Open (creating if needed) the ledger at `path` and bring its schema up to date.
@@ -132,8 +90,9 @@ impl Ledger {
         Ok(ledger)
     }
 
-    /// A private in-memory ledger, for tests and benchmarks.
-    pub fn in_memory(bus: Bus) -> Result<Ledger> {
+    /// A private in-memory ledger, for tests.
+    #[cfg(test)]
+    pub(crate) fn in_memory(bus: Bus) -> Result<Ledger> {
         Self::init(Connection::open_in_memory()?, bus, ":memory:")
     }
 
@@ -145,7 +104,7 @@ impl Ledger {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         let mut conn = conn;
-        migrate(&mut conn, path)?;
+        schema::migrate(&mut conn, path)?;
         Ok(Ledger {
             db: Arc::new(Mutex::new(conn)),
             bus,
@@ -556,91 +515,6 @@ impl Ledger {
         audit::read(&self.conn(), session)
     }
 
-    // ---- runner leases ----
-
-    /// Take (or renew) the session's runner lease for `ttl_ms`. Fails with the
-    /// current holder when someone else holds an unexpired lease, unless
-    /// `holder_is_dead` says that holder is gone.
-    pub fn acquire_lease(
-        &self,
-        session: &SessionId,
-        holder: &str,
-        ttl_ms: i64,
-        holder_is_dead: impl Fn(&str) -> bool,
-    ) -> Result<std::result::Result<(), LeaseHeld>> {
-        let now = now_ms();
-        let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let current: Option<(String, i64)> = tx
-            .query_row(
-                "SELECT holder, expires_at FROM runner_lease WHERE session_id = ?1",
-                params![session.as_str()],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
-        if let Some((h, exp)) = &current
-            && h != holder
-            && *exp > now
-            && !holder_is_dead(h)
-        {
-            return Ok(Err(LeaseHeld {
-                holder: h.clone(),
-                expires_at: *exp,
-            }));
-        }
-        tx.execute(
-            "INSERT INTO runner_lease (session_id, holder, expires_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT(session_id) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at",
-            params![session.as_str(), holder, now + ttl_ms],
-        )?;
-        tx.commit()?;
-        drop(conn);
-        if !self.held().contains_key(session) {
-            let msgs = self
-                .read_messages(session)?
-                .into_iter()
-                .map(Arc::new)
-                .collect();
-            self.held().entry(session.clone()).or_insert(msgs);
-        }
-        Ok(Ok(()))
-    }
-
-    /// Extend a lease this holder has; `false` if it was taken over meanwhile.
-    pub fn renew_lease(&self, session: &SessionId, holder: &str, ttl_ms: i64) -> Result<bool> {
-        let n = self
-            .conn()
-            .prepare_cached(
-                "UPDATE runner_lease SET expires_at = ?3 WHERE session_id = ?1 AND holder = ?2",
-            )?
-            .execute(params![session.as_str(), holder, now_ms() + ttl_ms])?;
-        if n != 1 {
-            // Someone else holds it now and may write: stop trusting the copy.
-            self.held().remove(session);
-        }
-        Ok(n == 1)
-    }
-
-    /// Every lease: (session, holder, expiry). A lease outlives its run only
-    /// when the run's process died.
-    pub fn leases(&self) -> Result<Vec<(SessionId, String, Millis)>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT session_id, holder, expires_at FROM runner_lease ORDER BY session_id",
-        )?;
-        let rows = stmt.query_map([], |r| Ok((SessionId(r.get(0)?), r.get(1)?, r.get(2)?)))?;
-        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-    }
-
-    /// Give the lease back (only if this holder still has it).
-    pub fn release_lease(&self, session: &SessionId, holder: &str) -> Result<()> {
-        self.held().remove(session);
-        self.conn().execute(
-            "DELETE FROM runner_lease WHERE session_id = ?1 AND holder = ?2",
-            params![session.as_str(), holder],
-        )?;
-        Ok(())
-    }
 }
 
 // The statements every step runs, prepared once per connection.
@@ -690,37 +564,6 @@ fn decode<T: serde::de::DeserializeOwned>(text: &str, what: impl FnOnce() -> Str
         what: what(),
         reason: e.to_string(),
     })
-}
-
-fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    let supported = schema::MIGRATIONS.len() as i64;
-    if version > supported {
-        return Err(CoreError::LedgerTooNew {
-            path: path.to_string(),
-            found: version,
-            supported,
-        });
-    }
-    // Before 0.1, schema 1 keyed messages by their id alone; such a file
-    // would fail on its first write, so it is refused with a way out.
-    let keyed_by_session: bool = conn.query_row(
-        "SELECT COUNT(*) = 0 OR SUM(name = 'session_id' AND pk = 1) = 1 FROM pragma_table_info('message')",
-        [],
-        |r| r.get(0),
-    )?;
-    if version == 1 && !keyed_by_session {
-        return Err(CoreError::LedgerPreRelease {
-            path: path.to_string(),
-        });
-    }
-    for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
-        let tx = conn.transaction()?;
-        tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
-        tx.commit()?;
-    }
-    Ok(())
 }
 
 /// True for parts that carry content a model produced or a user typed.
@@ -997,4 +840,122 @@ mod tests {
             Ok(_) => panic!("opened a ledger it cannot write"),
         }
     }
+
+    #[test]
+    fn a_ledger_of_schema_1_is_carried_over_and_reads_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(schema::MIGRATIONS[0]).unwrap();
+        c.execute_batch(
+            r#"
+            INSERT INTO session VALUES ('ses_1', 't', '/w', '[]', 1, 2);
+            INSERT INTO message VALUES ('ses_1', 'msg_1', 'user',
+                '{"role":"user","id":"msg_1","session_id":"ses_1","created":1,"agent":"build","model":{"provider":"scripted","model":"x"}}', 1, 1);
+            INSERT INTO part VALUES ('ses_1', 'msg_1', 'prt_1', 'tool', 'c1', 'completed',
+                '{"type":"tool","call_id":"c1","tool":"read","state":{"status":"completed","input":{"a":1},"output":"out","title":"","metadata":{},"time":{"start":3,"end":4}}}', 4);
+            INSERT INTO part_event VALUES ('ses_1', 1, 'msg_1', 'prt_1', 'tool', 'c1', 'running', 3,
+                '{"type":"tool","call_id":"c1","tool":"read","state":{"status":"running","input":{"a":1},"time":{"start":3}}}');
+            INSERT INTO audit VALUES ('ses_1', 1, 'msg_1', 'c1', 3, 'tool', 'plugin:read', 'abc', 'allowed', NULL, 12, 'ok');
+            PRAGMA user_version = 1;
+            "#,
+        )
+        .unwrap();
+        drop(c);
+        let l = Ledger::open(&path, Bus::new()).unwrap();
+        let s = SessionId("ses_1".into());
+        assert_eq!(l.session(&s).unwrap().title, "t");
+        let msgs = l.messages(&s).unwrap();
+        assert_eq!(msgs.len(), 1);
+        assert_eq!(msgs[0].info, user_message_with(&s, "msg_1", 1));
+        match msgs[0].parts[0].tool_state().unwrap() {
+            ToolState::Completed { input, output, .. } => {
+                assert_eq!((input, output.as_str()), (&serde_json::json!({"a": 1}), "out"))
+            }
+            other => panic!("{other:?}"),
+        }
+        let events = l.part_events(&s).unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(
+            events[0].part.tool_state().unwrap(),
+            &ToolState::pending()
+                .start(serde_json::json!({"a": 1}), 3)
+                .unwrap()
+        );
+        let audit = l.audit_trail(&s).unwrap();
+        assert_eq!(audit.len(), 1);
+        assert_eq!(
+            (
+                audit[0].stage.as_str(),
+                audit[0].plugin_hash.as_deref(),
+                audit[0].duration_us,
+                audit[0].rule.as_deref()
+            ),
+            ("tool", Some("abc"), Some(12), None)
+        );
+        // And it takes new writes in the new form.
+        let info = user_message(&s);
+        l.put_message(&info).unwrap();
+        l.put_part(&text_part(&info, "hi".into()), PartWrite::Changed)
+            .unwrap();
+        assert_eq!(l.messages(&s).unwrap().len(), 2);
+    }
+
+    fn user_message_with(session: &SessionId, id: &str, created: i64) -> MessageInfo {
+        MessageInfo::User(UserInfo {
+            id: MessageId(id.into()),
+            session_id: session.clone(),
+            created,
+            agent: "build".into(),
+            model: ModelRef {
+                provider: "scripted".into(),
+                model: "x".into(),
+            },
+        })
+    }
+
+    #[test]
+    fn a_call_is_one_audit_row_and_reads_back_entry_by_entry() {
+        let l = ledger();
+        let s = l.create_session("/w", "t").unwrap();
+        let info = user_message(&s.id);
+        l.put_message(&info).unwrap();
+        let entry = |stage: &str, hash: Option<&str>, at: i64| AuditEntry {
+            seq: 0,
+            session_id: s.id.clone(),
+            message_id: Some(info.id().clone()),
+            call_id: Some("c1".into()),
+            at,
+            stage: stage.into(),
+            subject: "read".into(),
+            plugin_hash: hash.map(str::to_string),
+            decision: "allowed".into(),
+            rule: (stage == "permission").then(|| "read * allow".to_string()),
+            duration_us: hash.map(|_| 40),
+            outcome: Some("ok".into()),
+        };
+        let entries = vec![
+            entry("permission", None, 10),
+            entry("before", Some(&"a".repeat(64)), 10),
+            entry("tool", Some(&"b".repeat(64)), 11),
+            entry("after", Some(&"a".repeat(64)), 12),
+        ];
+        l.audit_all(&entries).unwrap();
+        let rows: i64 = l
+            .conn()
+            .query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 1);
+        let back = l.audit_trail(&s.id).unwrap();
+        let expected: Vec<AuditEntry> = entries
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut e)| {
+                e.seq = i as i64 + 1;
+                e
+            })
+            .collect();
+        assert_eq!(back, expected);
+    }
 }
+

@@ -3,6 +3,10 @@
 //! transaction, and a ledger from a newer warden is refused rather than
 //! misread.
 
+use rusqlite::Connection;
+
+use crate::error::{CoreError, Result};
+
 /// Migration `i` takes the schema from version `i` to `i + 1`.
 pub const MIGRATIONS: &[&str] = &[
     // 1: sessions, messages, parts, the part timeline, runner leases, the audit trail.
@@ -194,4 +198,40 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE audit_v2 RENAME TO audit;
     "#,
 ];
+
+/// Bring the schema up to date (refusing a ledger it cannot write).
+pub fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let supported = MIGRATIONS.len() as i64;
+    if version > supported {
+        return Err(CoreError::LedgerTooNew {
+            path: path.to_string(),
+            found: version,
+            supported,
+        });
+    }
+    // Before 0.1, schema 1 keyed messages by their id alone; such a file
+    // would fail on its first write, so it is refused with a way out.
+    let keyed_by_session: bool = conn.query_row(
+        "SELECT COUNT(*) = 0 OR SUM(name = 'session_id' AND pk = 1) = 1 FROM pragma_table_info('message')",
+        [],
+        |r| r.get(0),
+    )?;
+    if version == 1 && !keyed_by_session {
+        return Err(CoreError::LedgerPreRelease {
+            path: path.to_string(),
+        });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+    }
+    if version < supported {
+        // A migration copies tables and drops the old ones: give their pages back.
+        conn.execute_batch("VACUUM")?;
+    }
+    Ok(())
+}
 

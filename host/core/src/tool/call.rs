@@ -32,7 +32,7 @@ use crate::permission::{self, Permissions, wildcard};
 
 /// What the boundary needs from the core.
 #[derive(Clone)]
-pub struct CallEnv {
+pub(crate) struct CallEnv {
     pub ledger: Ledger,
     pub permissions: Permissions,
     pub host: Arc<dyn ToolHost>,
@@ -78,10 +78,10 @@ impl CallEnv {
 }
 
 /// Called with progress a guest reports while it runs.
-pub type ProgressFn = Arc<dyn Fn(Option<String>, Value) + Send + Sync>;
+pub(crate) type ProgressFn = Arc<dyn Fn(Option<String>, Value) + Send + Sync>;
 
 /// One call to run.
-pub struct CallRequest {
+pub(crate) struct CallRequest {
     pub ctx: CallContext,
     pub tool: ToolDef,
     /// The parsed arguments (an object).
@@ -94,7 +94,7 @@ pub struct CallRequest {
 
 /// How the call ended.
 #[derive(Debug, Clone, PartialEq)]
-pub enum CallOutcome {
+pub(crate) enum CallOutcome {
     Completed {
         input: Value,
         output: ToolOutput,
@@ -108,7 +108,7 @@ pub enum CallOutcome {
 }
 
 /// Run one call through the boundary.
-pub async fn run(env: &CallEnv, req: CallRequest) -> CallOutcome {
+pub(crate) async fn run(env: &CallEnv, req: CallRequest) -> CallOutcome {
     let env = CallEnv {
         trail: Some(Arc::new(Mutex::new(Vec::new()))),
         ..env.clone()
