@@ -77,7 +77,7 @@ pub async fn measure(work: &Path, floors: &Floors, n: usize) -> Result<Vec<Row>>
 
     // The guest calls inside it, as the audit trail recorded them (WasmHost
     // timing: fresh instance, grants, limits).
-    let mut stage = |name: &str| -> Result<f64> {
+    let stage = |name: &str| -> Result<f64> {
         let mut us = Vec::new();
         for s in core.ledger().sessions()? {
             for e in core.ledger().audit_trail(&s.id)? {
