@@ -275,7 +275,12 @@ pub fn warden_binary(given: Option<&Path>) -> Result<PathBuf> {
 }
 
 /// Run the `warden` binary, polling its peak RSS; returns (elapsed, peak KiB).
-pub fn run_binary(warden: &Path, args: &[&str], data: &Path, dir: &Path) -> Result<(Duration, u64)> {
+pub fn run_binary(
+    warden: &Path,
+    args: &[&str],
+    data: &Path,
+    dir: &Path,
+) -> Result<(Duration, u64)> {
     let started = Instant::now();
     let mut child = std::process::Command::new(warden)
         .args(args)

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use rusqlite::{Connection, params};
 use serde_json::json;
+use warden_core::Bus;
 use warden_core::ledger::{Ledger, PartWrite, id};
 use warden_core::tool::{CallContext, CallObserver, ToolHost, ToolOutput};
-use warden_core::Bus;
 use warden_protocol::{MessageId, MessageInfo, ModelRef, Part, PartBody, SessionId, UserInfo};
 use warden_runtime::engine::Sandbox;
 use wasmtime::Store;
@@ -180,7 +180,11 @@ pub async fn measure(work: &Path, n: usize) -> Result<Floors> {
         .into_iter()
         .find(|t| t.id == "echo")
         .context("the fixture plugin has no echo tool")?;
-    let hook = host.hooks().into_iter().next().context("the hook fixture")?;
+    let hook = host
+        .hooks()
+        .into_iter()
+        .next()
+        .context("the hook fixture")?;
     let session = SessionId(id::ascending("ses"));
     let c = CallContext {
         session_id: session.clone(),
@@ -298,8 +302,7 @@ async fn bare_guest_calls(n: usize, warm: usize) -> Result<(Samples, Samples, Sa
     let hooks = load("warden_fixture_hooks.wasm")?;
 
     let mut linker = Linker::<Bare>::new(engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker)
-        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| anyhow::anyhow!("{e:#}"))?;
     bindings::tool::ToolPlugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
         .map_err(|e| anyhow::anyhow!("{e:#}"))?;
     let tool_pre = bindings::tool::ToolPluginPre::new(

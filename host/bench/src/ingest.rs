@@ -114,8 +114,8 @@ pub async fn measure(work: &Path, deltas: usize) -> Result<Vec<Row>> {
 
     let epoch = Instant::now();
     let mock = crate::mock::serve(crate::mock::Reply::Fixed(Arc::from(body.as_str())), epoch).await;
-    let mut config = warden_core::Config::parse(r#"{"builtins": false}"#)
-        .map_err(|e| anyhow::anyhow!(e))?;
+    let mut config =
+        warden_core::Config::parse(r#"{"builtins": false}"#).map_err(|e| anyhow::anyhow!(e))?;
     config.provider = serde_json::from_value(
         json!({"bench": {"api": "openai-chat", "base_url": format!("http://127.0.0.1:{}/v1", mock.port)}}),
     )?;
@@ -134,15 +134,18 @@ pub async fn measure(work: &Path, deltas: usize) -> Result<Vec<Row>> {
         ..PromptInput::default()
     }))
     .await;
-    anyhow::ensure!(
-        answer?.text() == parsed.0,
-        "the text was not stored whole"
-    );
+    anyhow::ensure!(answer?.text() == parsed.0, "the text was not stored whole");
     // How often the growing text part was written to the ledger.
     let (mut writes, mut bus_deltas) = (0usize, 0usize);
     while let Ok(e) = rx.try_recv() {
         if let Event::PartUpdated { part, delta } = &*e
-            && matches!(&part.body, PartBody::Text { synthetic: false, .. })
+            && matches!(
+                &part.body,
+                PartBody::Text {
+                    synthetic: false,
+                    ..
+                }
+            )
             && part.message_id.as_str() != ""
             && !matches!(&part.body, PartBody::Text { text, .. } if text == "go")
         {

@@ -37,7 +37,16 @@ use table::Row;
 static ALLOCATOR: alloc::Counting = alloc::Counting;
 
 /// The parts, in the order they run.
-const PARTS: &[&str] = &["floor", "p1", "p2", "rss", "first-run", "p3", "p4", "ingest"];
+const PARTS: &[&str] = &[
+    "floor",
+    "p1",
+    "p2",
+    "rss",
+    "first-run",
+    "p3",
+    "p4",
+    "ingest",
+];
 
 /// Measure warden against the bare floor and print the table.
 #[derive(Parser)]

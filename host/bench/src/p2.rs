@@ -63,8 +63,14 @@ pub async fn loop_speed(work: &Path, steps: usize) -> Result<Vec<Row>> {
     rows.push(
         row(
             "P2",
-            format!("scripted session of {steps} single-call steps (`echo`, 64 B), prompt to answer"),
-            format!("{:.0} steps/s ({} per step)", 1e6 / per_step, fmt_us(per_step)),
+            format!(
+                "scripted session of {steps} single-call steps (`echo`, 64 B), prompt to answer"
+            ),
+            format!(
+                "{:.0} steps/s ({} per step)",
+                1e6 / per_step,
+                fmt_us(per_step)
+            ),
         )
         .data(json!({"steps": steps, "per_step_us": per_step})),
     );

@@ -31,8 +31,18 @@ pub fn two_turn_rss(work: &Path, warden: &Path) -> Result<Vec<Row>> {
     let (project, model) = two_turn_project(work, "rss")?;
     let data = work.join("rss-data");
     // The first run fills the data dir; the second is the one measured.
-    run_binary(warden, &["run", "--model", &model, "read a.txt"], &data, &project)?;
-    let (_, peak) = run_binary(warden, &["run", "--model", &model, "read a.txt"], &data, &project)?;
+    run_binary(
+        warden,
+        &["run", "--model", &model, "read a.txt"],
+        &data,
+        &project,
+    )?;
+    let (_, peak) = run_binary(
+        warden,
+        &["run", "--model", &model, "read a.txt"],
+        &data,
+        &project,
+    )?;
     let mib = peak as f64 / 1024.0;
     Ok(vec![
         row(
@@ -76,7 +86,12 @@ pub fn first_run(work: &Path, warden: &Path, runs: usize) -> Result<Vec<Row>> {
     let (mut fresh, mut warm) = (Vec::new(), Vec::new());
     for i in 0..runs {
         // Alternate, so a load change on the machine hits both alike.
-        fresh.push(time_run(warden, &model, &work.join(format!("first-fresh-{i}")), &project)?);
+        fresh.push(time_run(
+            warden,
+            &model,
+            &work.join(format!("first-fresh-{i}")),
+            &project,
+        )?);
         warm.push(time_run(warden, &model, &warm_data, &project)?);
     }
     let f = summarize(&fresh);
@@ -124,7 +139,12 @@ pub async fn cold_start(work: &Path, warden: &Path) -> Result<Vec<Row>> {
             )?;
             let start = epoch.elapsed();
             tokio::task::block_in_place(|| {
-                run_binary(warden, &["run", "--model", "bench/m", "hi"], &data, &project)
+                run_binary(
+                    warden,
+                    &["run", "--model", "bench/m", "hi"],
+                    &data,
+                    &project,
+                )
             })?;
             let first = mock.first_request_ns.load(Ordering::SeqCst);
             anyhow::ensure!(first > 0, "the model was never asked");

@@ -142,12 +142,7 @@ pub async fn measure(work: &Path, ns: &[usize]) -> Result<Vec<Row>> {
         let windows: Vec<Duration> = clock.windows().into_iter().map(|w| w.0).collect();
         let lagged = *clock.lagged.lock().unwrap_or_else(|p| p.into_inner());
         let s = summarize(&windows);
-        let guest = summarize(
-            &timed_host
-                .samples
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
+        let guest = summarize(&timed_host.samples.lock().unwrap_or_else(|p| p.into_inner()));
         if n == 1 {
             single = s.median_us;
         }
@@ -170,13 +165,19 @@ pub async fn measure(work: &Path, ns: &[usize]) -> Result<Vec<Row>> {
         if n > 1 && single > 0.0 {
             // The target is set for 1,000 sessions; other N show the trend.
             r = r.against(
-                format!("p99 against 5× the 1-session median ({})", fmt_us(5.0 * single)),
+                format!(
+                    "p99 against 5× the 1-session median ({})",
+                    fmt_us(5.0 * single)
+                ),
                 s.p99_us / (5.0 * single),
                 (n == 1000).then_some(1.0),
             );
         }
         if lagged > 0 || s.samples < calls {
-            r = r.note(format!("{} of {calls} calls timed (the subscriber missed {lagged} events)", s.samples));
+            r = r.note(format!(
+                "{} of {calls} calls timed (the subscriber missed {lagged} events)",
+                s.samples
+            ));
         }
         rows.push(r);
         rows.push(

@@ -119,7 +119,8 @@ fn commit() -> String {
     let Some(id) = git(&["rev-parse", "--short=12", "HEAD"]) else {
         return "unknown".into();
     };
-    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
     if dirty { format!("{id}+dirty") } else { id }
 }
 

@@ -172,11 +172,17 @@ pub fn precompiled(sandbox: &Sandbox, component_hash: &str) -> Option<Component>
         .find(|(_, _, component, _, _)| component.eq_ignore_ascii_case(component_hash))?;
     if fingerprint(&sandbox.engine) != *engine_fingerprint {
         // Another memory limit or allocator than the default: compiled as any plugin.
-        tracing::debug!(file, "built-in artifact made for other engine settings; compiling");
+        tracing::debug!(
+            file,
+            "built-in artifact made for other engine settings; compiling"
+        );
         return None;
     }
     if hex::encode(Sha256::digest(artifact)) != *artifact_hash {
-        tracing::warn!(file, "built-in artifact does not match its digest; compiling instead");
+        tracing::warn!(
+            file,
+            "built-in artifact does not match its digest; compiling instead"
+        );
         return None;
     }
     // SAFETY: deserialising runs the artifact's native code later. It was

@@ -69,7 +69,6 @@ pub struct Ledger {
     _checkpointer: Option<Arc<Checkpointer>>,
 }
 
-
 impl Ledger {
     /// Open (creating if needed) the ledger at `path` and bring its schema up to date.
     pub fn open(path: &Path, bus: Bus) -> Result<Ledger> {
@@ -244,7 +243,9 @@ impl Ledger {
         // timeline and audit trail are removed by its key, the lease by its id.
         for table in ["part_event", "audit"] {
             tx.execute(
-                &format!("DELETE FROM {table} WHERE session = (SELECT key FROM session WHERE id = ?1)"),
+                &format!(
+                    "DELETE FROM {table} WHERE session = (SELECT key FROM session WHERE id = ?1)"
+                ),
                 params![id.as_str()],
             )?;
         }
@@ -279,7 +280,10 @@ impl Ledger {
         // The header without its role and ids, which are columns of the row.
         let body = serde_json::to_string(info).map_err(|e| CoreError::Internal(e.to_string()))?;
         let (role, id, sid) = header_fields(info);
-        let body = codec::strip(body, &[("role", &role), ("id", &id), ("session_id", &sid)]);
+        let body = codec::slim_tokens(codec::strip(
+            body,
+            &[("role", &role), ("id", &id), ("session_id", &sid)],
+        ));
         let now = now_ms();
         let n = self
             .conn()
@@ -317,7 +321,10 @@ impl Ledger {
         // The body is the part without its type and ids, which are columns of the row.
         let body =
             serde_json::to_string(&part.body).map_err(|e| CoreError::Internal(e.to_string()))?;
-        let body = codec::strip(body, &[("type", &codec::quoted(part.body.kind()))]);
+        let mut body = codec::strip(body, &[("type", &codec::quoted(part.body.kind()))]);
+        if matches!(part.body, PartBody::StepFinish { .. }) {
+            body = codec::slim_tokens(body);
+        }
         let now = now_ms();
         {
             let mut conn = self.conn();
@@ -514,7 +521,6 @@ impl Ledger {
     pub fn audit_trail(&self, session: &SessionId) -> Result<Vec<AuditEntry>> {
         audit::read(&self.conn(), session)
     }
-
 }
 
 // The statements every step runs, prepared once per connection.
@@ -870,7 +876,10 @@ mod tests {
         assert_eq!(msgs[0].info, user_message_with(&s, "msg_1", 1));
         match msgs[0].parts[0].tool_state().unwrap() {
             ToolState::Completed { input, output, .. } => {
-                assert_eq!((input, output.as_str()), (&serde_json::json!({"a": 1}), "out"))
+                assert_eq!(
+                    (input, output.as_str()),
+                    (&serde_json::json!({"a": 1}), "out")
+                )
             }
             other => panic!("{other:?}"),
         }
@@ -958,4 +967,3 @@ mod tests {
         assert_eq!(back, expected);
     }
 }
-

@@ -234,4 +234,3 @@ pub fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
     }
     Ok(())
 }
-

@@ -1,8 +1,10 @@
 //! The replayable timeline of tool calls: one row per state change, keeping
 //! only what the state adds. The call's envelope (id, tool name) is its part
 //! row's; content is written once, in the part row (the input when the call
-//! starts running is the one exception: it is what `running` adds). A state
-//! is read back as its defaults, then what its row adds.
+//! starts running is the one exception: it is what `running` adds). The row's
+//! time is the state's own (a running call's start, a finished call's end,
+//! with its duration in `adds`). A state is read back as its defaults, then
+//! what its row adds.
 
 use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
@@ -28,12 +30,28 @@ const INSERT: &str = "\
            m.key, ?3, ?4, ?5, ?6
     FROM message m JOIN session s ON s.key = m.session WHERE s.id = ?1 AND m.id = ?2";
 
-/// What a state has beyond its status and the defaults a reader fills in;
-/// content is left out (it is in the part row), except a running call's input.
+/// When a state happened: a running call's start, a finished call's end.
+fn time_of(state: &ToolState, now: Millis) -> Millis {
+    match state {
+        ToolState::Pending { .. } => now,
+        ToolState::Running { time, .. } => time.start,
+        ToolState::Completed { time, .. } | ToolState::Error { time, .. } => time.end,
+    }
+}
+
+/// What a state has beyond its status, its time and the defaults a reader
+/// fills in; content is left out (it is in the part row), except a running
+/// call's input. A finished call keeps its duration (`d`, ms).
 fn adds(state: &ToolState) -> Option<String> {
     let mut v = serde_json::to_value(state).ok()?;
     let obj = v.as_object_mut()?;
     obj.remove("status");
+    obj.remove("time");
+    if let ToolState::Completed { time, .. } | ToolState::Error { time, .. } = state
+        && time.end != time.start
+    {
+        obj.insert("d".into(), (time.end - time.start).into());
+    }
     match state {
         ToolState::Pending { .. } => {
             obj.remove("raw");
@@ -66,27 +84,30 @@ pub fn insert(conn: &Connection, part: &Part, now: Millis) -> Result<()> {
         part.message_id.as_str(),
         part.id.as_str(),
         codec::status_code(state.status()),
-        now,
+        time_of(state, now),
         adds(state),
     ])?;
     Ok(())
 }
 
-/// A state from its status, its row's time and what its row adds.
+/// A state from its status, its row's time and what its row adds (rows
+/// carried over from schema 1 add their whole state, times included).
 fn state(status: &str, at: Millis, adds: Option<&str>) -> std::result::Result<ToolState, String> {
+    let mut extra: Map<String, Value> = match adds {
+        Some(adds) => serde_json::from_str(adds).map_err(|e| e.to_string())?,
+        None => Map::new(),
+    };
+    let start = at - extra.remove("d").and_then(|d| d.as_i64()).unwrap_or(0);
     let mut v = match status {
         "pending" => json!({"input": {}, "raw": ""}),
         "running" => json!({"input": {}, "time": {"start": at}}),
         "completed" => {
-            json!({"input": null, "output": "", "title": "", "metadata": null, "time": {"start": at, "end": at}})
+            json!({"input": null, "output": "", "title": "", "metadata": null, "time": {"start": start, "end": at}})
         }
-        _ => json!({"input": null, "error": "", "time": {"start": at, "end": at}}),
+        _ => json!({"input": null, "error": "", "time": {"start": start, "end": at}}),
     };
-    if let Some(adds) = adds {
-        let extra: Map<String, Value> = serde_json::from_str(adds).map_err(|e| e.to_string())?;
-        if let Some(obj) = v.as_object_mut() {
-            obj.extend(extra);
-        }
+    if let Some(obj) = v.as_object_mut() {
+        obj.extend(extra);
     }
     if let Some(obj) = v.as_object_mut() {
         obj.insert("status".into(), status.into());
@@ -158,17 +179,25 @@ mod tests {
             .start(json!({"a": 1}), 5)
             .expect("pending starts");
         let kept: Value = serde_json::from_str(&adds(&running).expect("running adds")).unwrap();
-        assert_eq!(kept, json!({"input": {"a": 1}, "time": {"start": 5}}));
+        assert_eq!(kept, json!({"input": {"a": 1}}));
+        assert_eq!(time_of(&running, 7), 5);
         assert_eq!(
-            state("running", 6, adds(&running).as_deref()).expect("reads"),
+            state("running", 5, adds(&running).as_deref()).expect("reads"),
             running
         );
         let done = running
-            .complete(json!({"a": 1}), "out".into(), String::new(), json!({"k": 1}), 9)
+            .complete(
+                json!({"a": 1}),
+                "out".into(),
+                String::new(),
+                json!({"k": 1}),
+                9,
+            )
             .expect("running completes");
         // Content stays in the part row: not the output, not the metadata.
         let kept = adds(&done).expect("a completed state adds its times");
         assert!(!kept.contains("out") && !kept.contains("\"k\""), "{kept}");
+        assert_eq!(time_of(&done, 11), 9);
         match state("completed", 9, adds(&done).as_deref()).expect("reads") {
             ToolState::Completed {
                 input,

@@ -475,9 +475,8 @@ mod tests {
     fn kept_encodings_give_the_same_bytes_and_follow_the_conversation() {
         let encoded = Encoded::default();
         let mut req = request();
-        let plain = |r: &LlmRequest| {
-            serde_json::to_vec(&body(r, MaxTokensField::MaxTokens, None)).unwrap()
-        };
+        let plain =
+            |r: &LlmRequest| serde_json::to_vec(&body(r, MaxTokensField::MaxTokens, None)).unwrap();
         let kept = |r: &LlmRequest| {
             serde_json::to_vec(&body(r, MaxTokensField::MaxTokens, None).with_encoded(&encoded))
                 .unwrap()
@@ -486,7 +485,9 @@ mod tests {
         assert_eq!(encoded.by_message.lock().unwrap().len(), 3);
         // The next step shares the first three messages and adds one.
         req.messages.push(std::sync::Arc::new(ChatMessage::User {
-            content: vec![UserContent::Text { text: "next".into() }],
+            content: vec![UserContent::Text {
+                text: "next".into(),
+            }],
         }));
         let before = encoded.by_message.lock().unwrap()[&(Arc::as_ptr(&req.messages[0]) as usize)]
             .1
@@ -495,7 +496,10 @@ mod tests {
         let after = encoded.by_message.lock().unwrap()[&(Arc::as_ptr(&req.messages[0]) as usize)]
             .1
             .clone();
-        assert!(Arc::ptr_eq(&before, &after), "a shared message is encoded once");
+        assert!(
+            Arc::ptr_eq(&before, &after),
+            "a shared message is encoded once"
+        );
         // A message no longer sent is forgotten.
         req.messages.remove(0);
         assert_eq!(kept(&req), plain(&req));
