@@ -172,7 +172,7 @@ mod tests {
         t2.cache.read = 3;
         let kept = serde_json::to_string(&t2).unwrap();
         let wrapped = format!(r#"{{"tokens":{kept}}}"#);
-        assert_eq!(slim_tokens(wrapped.clone()).contains("\"read\":3"), true);
+        assert!(slim_tokens(wrapped).contains("\"read\":3"));
     }
 
     #[test]

@@ -43,17 +43,20 @@ pub fn body<'a>(
 /// The wire form of each conversation message, kept with the shared message
 /// (by its `Arc`) for as long as the conversation holds it: a long session's
 /// request re-encodes only what its last step added, and copies the rest.
+/// One message's wire elements, as JSON text.
+type Elements = Arc<[Box<RawValue>]>;
+
 #[derive(Default)]
 pub struct Encoded {
     /// By the message's address; the `Weak` keeps the address from being
     /// reused while the entry exists, and says whether it is still shown.
-    by_message: Mutex<HashMap<usize, (Weak<ChatMessage>, Arc<[Box<RawValue>]>)>>,
+    by_message: Mutex<HashMap<usize, (Weak<ChatMessage>, Elements)>>,
 }
 
 impl Encoded {
     /// The wire elements of each message of `req`, in order, encoding only
     /// those not seen before; entries of messages no longer sent are dropped.
-    fn of(&self, req: &LlmRequest) -> serde_json::Result<Vec<Arc<[Box<RawValue>]>>> {
+    fn of(&self, req: &LlmRequest) -> serde_json::Result<Vec<Elements>> {
         let mut known = self.by_message.lock().unwrap_or_else(|p| p.into_inner());
         let mut next = HashMap::with_capacity(req.messages.len());
         let mut out = Vec::with_capacity(req.messages.len());
