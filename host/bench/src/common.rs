@@ -246,8 +246,10 @@ impl Provider for Stamped {
 /// `cargo build --release -p warden` (so the figures are of the same commit).
 pub fn warden_binary(given: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = given {
-        anyhow::ensure!(p.exists(), "no warden binary at {}", p.display());
-        return Ok(p.to_path_buf());
+        // Absolute: the processes run in their own project directories.
+        return p
+            .canonicalize()
+            .with_context(|| format!("no warden binary at {}", p.display()));
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
