@@ -22,7 +22,7 @@ fn main() {
         "cargo:rerun-if-changed={}",
         plugins.join("Cargo.lock").display()
     );
-    for dir in ["sdk", "read", "fixtures"] {
+    for dir in ["sdk", "read", "fixtures", "adversary", "adversary-describe"] {
         let d = plugins.join(dir);
         if d.exists() {
             println!("cargo:rerun-if-changed={}", d.display());

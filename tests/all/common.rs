@@ -8,6 +8,12 @@ use serde_json::{Value, json};
 use warden_core::{Bus, Ledger};
 use warden_protocol::{MessageWithParts, PartBody, SessionId, ToolState};
 
+/// The tools of the fixture plugin (plugins/fixtures).
+pub const FIXTURE_TOOLS: [&str; 14] = [
+    "sleep", "spin", "alloc", "recurse", "panic", "big", "echo", "read_path", "write_path", "env",
+    "tcp", "ask_then_write", "sleep_then_write", "counter",
+];
+
 /// The built-in tools, in the order the model is offered them.
 pub const BUILTIN_TOOLS: [&str; 6] = ["read", "write", "edit", "list", "glob", "grep"];
 
@@ -76,8 +82,14 @@ impl Env {
     }
 
     /// A config entry loading the fixture plugin with these grants.
+    /// Each tool is mapped to a permission of its own name, as an operator
+    /// would (an unmapped tool of a plugin with files or hosts is asked about).
     pub fn fixtures_plugin(grants: Value) -> Value {
-        json!({"name": "fixtures", "path": fixture_wasm(), "grants": grants})
+        let tools: serde_json::Map<String, Value> = FIXTURE_TOOLS
+            .iter()
+            .map(|t| (t.to_string(), json!({"permission": t})))
+            .collect();
+        json!({"name": "fixtures", "path": fixture_wasm(), "grants": grants, "tools": tools})
     }
 
     /// `warden ARGS` with this env's data dir, from the project.
@@ -306,8 +318,13 @@ impl Canned {
 
 #[allow(dead_code)]
 pub fn serve_http(routes: Vec<(&str, Canned)>) -> HttpServer {
+    serve_http_on("127.0.0.1", routes)
+}
+
+/// The same, on another loopback address (e.g. 127.0.0.2, a second "host").
+pub fn serve_http_on(ip: &str, routes: Vec<(&str, Canned)>) -> HttpServer {
     use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
     let port = listener.local_addr().unwrap().port();
     let routes: std::collections::HashMap<String, Canned> = routes
         .into_iter()

@@ -549,6 +549,8 @@ fn plugin_add_installs_a_pinned_plugin_that_later_runs_load() {
             ".:ro",
             "--env",
             "LANG",
+            "--tool",
+            "echo:echo",
         ])
         .output()
         .unwrap();
@@ -644,7 +646,13 @@ fn tools_cannot_change_wardens_config_or_touch_its_data() {
             r(id)
         );
     }
-    assert!(!r("read").1, "reading the config is fine: {:?}", r("read"));
+    // Reading it is refused too, by the file-system gate: no guest reads
+    // warden's own files through any grant.
+    assert!(
+        r("read").1 && r("read").2.contains("warden.json is warden's own file"),
+        "{:?}",
+        r("read")
+    );
     assert!(
         r("ledger").1
             && r("ledger")

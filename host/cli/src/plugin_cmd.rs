@@ -48,6 +48,13 @@ pub struct AddArgs {
     pub timeout_ms: Option<u64>,
     #[arg(long)]
     pub max_output_kb: Option<u64>,
+    /// How the permission rules see a tool: `TOOL:PERMISSION`, optionally
+    /// with `:path=ARG` or `:url=ARG` naming the argument that holds its
+    /// path or URL (e.g. `wordcount:read:path=file`). Repeatable. A tool of a
+    /// plugin granted directories or hosts without one is asked about, never
+    /// allowed by a `*` rule.
+    #[arg(long = "tool")]
+    pub tools: Vec<String>,
     /// For hooks: let calls through when the hook fails.
     #[arg(long)]
     pub fail_open: bool,
@@ -96,6 +103,7 @@ async fn add(
     if let Some(o) = args.max_output_kb {
         grants.max_output_kb = o;
     }
+    let tools = tool_mappings(&args.tools).map_err(|e| anyhow::anyhow!(e))?;
     // Load it once exactly as it will run (integrity, contract, self-description).
     let staged = tempfile_path(&bytes)?;
     let mut trial = config.clone();
@@ -105,7 +113,7 @@ async fn add(
         path: staged.clone(),
         sha256: None,
         grants: grants.clone(),
-        tools: Default::default(),
+        tools: tools.clone(),
         fail_open: args.fail_open,
     }];
     let host = WasmHost::load(
@@ -119,7 +127,7 @@ async fn add(
     let manifest = warden_runtime::plugin_dir::Manifest {
         sha256: None,
         grants,
-        tools: Default::default(),
+        tools,
         fail_open: args.fail_open,
     };
     let folder = warden_runtime::plugin_dir::install(
@@ -139,6 +147,41 @@ async fn add(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `--tool TOOL:PERMISSION[:path=ARG|:url=ARG]` flags as tool settings.
+fn tool_mappings(
+    flags: &[String],
+) -> Result<std::collections::BTreeMap<String, warden_core::config::ToolSettings>, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for flag in flags {
+        let bad = || {
+            format!(
+                "--tool {flag:?}: give TOOL:PERMISSION, optionally with :path=ARG or :url=ARG (e.g. wordcount:read:path=file)"
+            )
+        };
+        let mut parts = flag.splitn(3, ':');
+        let (Some(tool), Some(permission)) = (parts.next(), parts.next()) else {
+            return Err(bad());
+        };
+        if tool.is_empty() || permission.is_empty() || permission.contains(['*', '?']) {
+            return Err(bad());
+        }
+        let mut settings = warden_core::config::ToolSettings {
+            permission: Some(permission.to_string()),
+            ..Default::default()
+        };
+        match parts.next().map(|a| a.split_once('=')) {
+            None => {}
+            Some(Some(("path", arg))) if !arg.is_empty() => settings.path_arg = Some(arg.into()),
+            Some(Some(("url", arg))) if !arg.is_empty() => settings.url_arg = Some(arg.into()),
+            Some(_) => return Err(bad()),
+        }
+        if out.insert(tool.to_string(), settings).is_some() {
+            return Err(format!("--tool {tool} is given twice"));
+        }
+    }
+    Ok(out)
+}
+
 fn tempfile_path(bytes: &[u8]) -> Result<std::path::PathBuf> {
     let path = std::env::temp_dir().join(format!(
         "warden-plugin-add-{}-{}.wasm",
@@ -149,7 +192,23 @@ fn tempfile_path(bytes: &[u8]) -> Result<std::path::PathBuf> {
     Ok(path)
 }
 
+/// Each directory grant as it resolves from `cwd` (through every link), or
+/// why it cannot be used.
+fn resolved_dirs(p: &LoadedPlugin, cwd: &std::path::Path) -> Vec<Value> {
+    p.grants
+        .dirs
+        .iter()
+        .map(|d| {
+            match warden_runtime::sandbox::resolve_dir(&d.path, cwd.to_str(), &[]) {
+                Ok(real) => json!({"path": d.path, "resolved": real.display().to_string()}),
+                Err(e) => json!({"path": d.path, "error": e}),
+            }
+        })
+        .collect()
+}
+
 pub fn describe(p: &LoadedPlugin) -> Value {
+    let cwd = std::env::current_dir().unwrap_or_default();
     json!({
         "name": &*p.name,
         "builtin": p.builtin,
@@ -159,10 +218,11 @@ pub fn describe(p: &LoadedPlugin) -> Value {
         "contract": p.contract,
         "tools": p.tools().iter().map(|t| json!({
             "id": t.id, "description": t.description, "parameters": t.parameters,
-            "permission": t.permission, "pattern": t.pattern,
+            "permission": t.permission, "pattern": t.pattern, "mapped": t.mapped,
         })).collect::<Vec<_>>(),
         "hooks": p.hook().map(|h| json!({"before": h.before, "after": h.after, "fail_open": h.fail_open})),
         "grants": p.grants,
+        "dirs_resolved": resolved_dirs(p, &cwd),
     })
 }
 
@@ -220,19 +280,24 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
                             .join(", ")
                     ),
                 };
+                let resolved = resolved_dirs(p, &cwd);
                 let dirs: Vec<String> = p
                     .grants
                     .dirs
                     .iter()
-                    .map(|d| {
+                    .zip(&resolved)
+                    .map(|(d, r)| {
                         format!(
-                            "{}:{}",
+                            "{}:{} → {}",
                             d.path,
                             if d.mode == warden_core::config::DirMode::ReadOnly {
                                 "ro"
                             } else {
                                 "rw"
-                            }
+                            },
+                            r["resolved"]
+                                .as_str()
+                                .map_or_else(|| format!("unusable: {}", r["error"]), str::to_string)
                         )
                     })
                     .collect();

@@ -469,11 +469,7 @@ impl<'a> Processor<'a> {
             self.calls[idx].tool_state(),
             Some(ToolState::Pending { .. })
         ) {
-            tracing::warn!(
-                call_id,
-                "the model sent the same tool call twice; the repeat is ignored"
-            );
-            return Ok(());
+            return self.refuse_duplicate(&call_id, &name, &raw);
         }
         if let PartBody::Tool {
             tool,
@@ -770,6 +766,31 @@ impl<'a> Processor<'a> {
         let part = self.new_part(body);
         self.core.ledger.put_part(&part, PartWrite::Changed)?;
         Ok(part)
+    }
+
+    /// A second call with an id already used in this step never runs, and
+    /// is not dropped either: it gets a part of its own (its id suffixed, so
+    /// every call stays paired with one result) that ends in an error the
+    /// model is shown.
+    fn refuse_duplicate(&mut self, call_id: &str, name: &str, raw: &str) -> Result<(), Halt> {
+        let n = self
+            .calls
+            .iter()
+            .filter(|p| p.call_id().is_some_and(|c| c.starts_with(call_id)))
+            .count();
+        let id = format!("{call_id}-duplicate-{n}");
+        tracing::warn!(call_id, "the model sent two calls with one id; the second is refused");
+        let idx = self.ensure_pending(&id, name)?;
+        let input = match serde_json::from_str::<Value>(raw) {
+            Ok(v @ Value::Object(_)) => v,
+            _ => json!({}),
+        };
+        self.transition(idx, |s, now| s.start(input.clone(), now))?;
+        let error = format!(
+            "refused: this step already has a tool call with the id `{call_id}`; each call needs its own id, so this one (`{name}`) did not run"
+        );
+        self.transition(idx, |s, now| s.fail(error.clone(), None, now))?;
+        Ok(())
     }
 
     fn ensure_pending(&mut self, call_id: &str, name: &str) -> Result<usize> {

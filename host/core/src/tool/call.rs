@@ -37,7 +37,7 @@ pub struct CallEnv {
     pub permissions: Permissions,
     pub host: Arc<dyn ToolHost>,
     /// The audit entries of the call under way, written together at its end.
-    trail: Option<Arc<Mutex<Vec<AuditEntry>>>>,
+    trail: Option<Arc<Mutex<Trail>>>,
     /// Paths no tool may touch through its path argument, whatever the rules.
     protected: Arc<[Protected]>,
 }
@@ -70,11 +70,39 @@ impl CallEnv {
     /// Write the collected audit entries in one transaction.
     fn flush(&self) {
         let Some(trail) = &self.trail else { return };
-        let entries = std::mem::take(&mut *trail.lock().unwrap_or_else(|p| p.into_inner()));
-        if let Err(e) = self.ledger.audit_all(&entries) {
+        let mut trail = std::mem::take(&mut *trail.lock().unwrap_or_else(|p| p.into_inner()));
+        if trail.dropped > 0
+            && let Some(last) = trail.entries.last().cloned()
+        {
+            // One row says how many were not kept, so the trail stays honest.
+            trail.entries.push(AuditEntry {
+                stage: "audit".into(),
+                subject: "trail".into(),
+                plugin_hash: None,
+                decision: "truncated".into(),
+                rule: None,
+                duration_us: None,
+                outcome: Some(format!(
+                    "{} more entries of this call were not recorded (at most {MAX_AUDIT_ROWS} per call)",
+                    trail.dropped
+                )),
+                ..last
+            });
+        }
+        if let Err(e) = self.ledger.audit_all(&trail.entries) {
             tracing::warn!(error = %e, "could not write the audit trail");
         }
     }
+}
+
+/// The most audit rows one call writes; past it, one row counts the rest.
+pub const MAX_AUDIT_ROWS: usize = 64;
+
+/// The audit entries of one call.
+#[derive(Debug, Default)]
+struct Trail {
+    entries: Vec<AuditEntry>,
+    dropped: usize,
 }
 
 /// Called with progress a guest reports while it runs.
@@ -110,7 +138,7 @@ pub enum CallOutcome {
 /// Run one call through the boundary.
 pub async fn run(env: &CallEnv, req: CallRequest) -> CallOutcome {
     let env = CallEnv {
-        trail: Some(Arc::new(Mutex::new(Vec::new()))),
+        trail: Some(Arc::new(Mutex::new(Trail::default()))),
         ..env.clone()
     };
     let outcome = boundary(&env, req).await;
@@ -134,6 +162,8 @@ async fn boundary(env: &CallEnv, req: CallRequest) -> CallOutcome {
     let observer: Arc<dyn CallObserver> = Arc::new(Observer {
         env: env.clone(),
         ctx: req.ctx.clone(),
+        url_permission: matches!(tool.pattern, super::PatternSource::Url(_))
+            .then(|| tool.permission.clone()),
         rules: req.rules.clone(),
         cancel: req.cancel.clone(),
         progress: req.progress.clone(),
@@ -391,11 +421,23 @@ async fn check_call(env: &CallEnv, req: &CallRequest, input: &Value) -> Result<(
         }
     }
     let pattern = super::pattern_of(&tool.pattern, input, &req.ctx.directory);
-    let eval = permission::evaluate_all(
+    let mut eval = permission::evaluate_all(
         &tool.permission,
         std::slice::from_ref(&pattern),
         &[&req.rules],
     );
+    // A tool the operator never mapped to a permission and an argument is
+    // invisible to path and URL rules, so a blanket `*` allow must not run
+    // it unseen: only a rule naming its permission allows it.
+    if !tool.mapped
+        && eval.action == Action::Allow
+        && eval
+            .rule
+            .as_ref()
+            .is_none_or(|r| r.permission != tool.permission)
+    {
+        eval.action = Action::Ask;
+    }
     let rule = eval.describe();
     match eval.action {
         Action::Allow => {
@@ -659,7 +701,14 @@ fn audit_ctx(
         outcome: Some(outcome.to_string()),
     };
     match &env.trail {
-        Some(trail) => trail.lock().unwrap_or_else(|p| p.into_inner()).push(entry),
+        Some(trail) => {
+            let mut trail = trail.lock().unwrap_or_else(|p| p.into_inner());
+            if trail.entries.len() < MAX_AUDIT_ROWS {
+                trail.entries.push(entry);
+            } else {
+                trail.dropped += 1;
+            }
+        }
         None => {
             if let Err(e) = env.ledger.audit(&entry) {
                 tracing::warn!(error = %e, "could not write the audit trail");
@@ -672,6 +721,9 @@ fn audit_ctx(
 struct Observer {
     env: CallEnv,
     ctx: CallContext,
+    /// The tool's permission, when its rules are written on URLs: every
+    /// request it sends (redirects included) is checked against them.
+    url_permission: Option<String>,
     rules: Vec<Rule>,
     cancel: CancellationToken,
     progress: ProgressFn,
@@ -681,6 +733,33 @@ struct Observer {
 impl CallObserver for Observer {
     fn progress(&self, title: Option<String>, metadata: Value) {
         (self.progress)(title, metadata);
+    }
+
+    async fn check_url(&self, url: &super::url::Canonical) -> Result<(), String> {
+        let Some(permission) = &self.url_permission else {
+            return Ok(());
+        };
+        let host = url.host.to_string();
+        let eval = permission::evaluate(permission, &host, &[&self.rules]);
+        let rule = eval.describe();
+        let refused = eval.action == Action::Deny;
+        audit_ctx(
+            &self.env,
+            &self.ctx,
+            "request",
+            &url.to_string().chars().take(300).collect::<String>(),
+            None,
+            if refused { "denied" } else { "allowed" },
+            Some(&rule),
+            None,
+            if refused { "refused" } else { "ok" },
+        );
+        if refused {
+            return Err(format!(
+                "`{permission}` on `{host}` is denied by the rule `{rule}` (checked on every request, redirects included)"
+            ));
+        }
+        Ok(())
     }
 
     async fn ask(
