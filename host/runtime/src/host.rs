@@ -162,11 +162,21 @@ impl WasmHost {
     /// linking them is refused (see `fs_gate`), and a grant inside one is
     /// refused at the call. Paths are resolved now, as far as they exist.
     pub fn protect(&mut self, paths: impl IntoIterator<Item = PathBuf>) {
-        self.protected = paths
-            .into_iter()
-            .map(|p| real_path(&p))
-            .collect::<Vec<_>>()
-            .into();
+        // Both where a path leads and the path itself under its real folder,
+        // so a guest opening it without following its last link is caught too.
+        let mut all = Vec::new();
+        for p in paths {
+            let real = real_path(&p);
+            let named = match (p.parent(), p.file_name()) {
+                (Some(dir), Some(name)) => real_path(dir).join(name),
+                _ => real.clone(),
+            };
+            if named != real {
+                all.push(named);
+            }
+            all.push(real);
+        }
+        self.protected = all.into();
     }
 
     /// The paths [`WasmHost::protect`] keeps guests out of.

@@ -330,3 +330,42 @@ fn check_tools(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bindings::v0_1_0::tool::warden::plugin::types::ToolSpec;
+
+    fn spec(id: &str, parameters: String) -> ToolSpec {
+        ToolSpec {
+            id: id.into(),
+            description: "d".into(),
+            parameters,
+        }
+    }
+
+    #[test]
+    fn tool_counts_and_schema_sizes_are_capped() {
+        let guest = GuestRef {
+            plugin: "p".into(),
+            hash: "0".repeat(64),
+        };
+        let none = BTreeMap::new();
+        let object = || r#"{"type": "object"}"#.to_string();
+        let many: Vec<ToolSpec> = (0..=MAX_TOOLS).map(|i| spec(&format!("t{i}"), object())).collect();
+        assert!(check_tools(&guest, many, &none, false).unwrap_err().contains("at most 64"));
+        let huge = format!(r#"{{"type": "object", "description": "{}"}}"#, "x".repeat(MAX_SCHEMA));
+        assert!(
+            check_tools(&guest, vec![spec("big", huge)], &none, false)
+                .unwrap_err()
+                .contains("at most 32 KiB")
+        );
+        // Mapped: by settings, or because the plugin reaches nothing rules guard.
+        let tools = check_tools(&guest, vec![spec("a", object())], &none, true).unwrap();
+        assert!(!tools[0].mapped);
+        let tools = check_tools(&guest, vec![spec("a", object())], &none, false).unwrap();
+        assert!(tools[0].mapped);
+        let set = BTreeMap::from([("a".to_string(), ToolSettings::default())]);
+        assert!(check_tools(&guest, vec![spec("a", object())], &set, true).unwrap()[0].mapped);
+    }
+}
