@@ -65,10 +65,9 @@ struct InProcess {
 
 impl InProcess {
     async fn new(grants: Value) -> InProcess {
-        let config = Config::parse(
-            &json!({"builtins": false, "plugins": [adversary(grants)]}).to_string(),
-        )
-        .unwrap();
+        let config =
+            Config::parse(&json!({"builtins": false, "plugins": [adversary(grants)]}).to_string())
+                .unwrap();
         InProcess {
             host: WasmHost::load(&config, None, None).await.unwrap(),
             dir: tempfile::tempdir().unwrap(),
@@ -156,7 +155,10 @@ fn host_objects_count_against_one_budget() {
             .await
             .unwrap_err()
             .to_string();
-        assert!(big.contains("fields refused at 0"), "{big}");
+        assert!(
+            big.ends_with("went over its host resource budget: it built an HTTP header collection over 16 KiB, the most one may hold"),
+            "{big}"
+        );
         let many = online
             .call("fields_flood", json!({"count": 100_000, "kb": 15}), Counting::new(Ok(())))
             .await
@@ -178,9 +180,14 @@ fn a_fifo_in_a_grant_is_refused_and_no_worker_is_lost() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let adv = InProcess::new(json!({"timeout_ms": 2000, "dirs": [{"path": ".", "mode": "ro"}]})).await;
+        let adv =
+            InProcess::new(json!({"timeout_ms": 2000, "dirs": [{"path": ".", "mode": "ro"}]}))
+                .await;
         let fifo = adv.dir.path().join("pipe");
-        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
         assert!(made.success(), "mkfifo (coreutils) is needed for this test");
         // On a single-threaded runtime, a guest blocked in open() would stall
         // everything; a liveness guard turns a hang into a failure.
@@ -229,12 +236,15 @@ fn a_relative_grant_that_links_outside_is_refused_and_shown_resolved() {
     let results = tool_results(&reqs[1]);
     assert!(results[0].1, "{results:?}");
     assert!(
-        results[0].2.contains("leads to")
-            && results[0].2.contains("outside the working directory"),
+        results[0].2.contains("leads to") && results[0].2.contains("outside the working directory"),
         "{results:?}"
     );
     assert!(!results[0].2.contains("outside secret"));
-    assert_eq!(tool_results(&reqs[2])[0], ("after".into(), false, r#"{"ok":1}"#.into()));
+    let after = tool_results(&reqs[2]);
+    assert_eq!(
+        after.iter().find(|r| r.0 == "after"),
+        Some(&("after".into(), false, r#"{"ok":1}"#.into()))
+    );
 
     let list = env.warden(&["plugin", "list"]).output().unwrap();
     let text = String::from_utf8_lossy(&list.stdout);
@@ -257,13 +267,20 @@ fn a_swapped_cache_entry_is_refused_and_recompiled() {
     std::fs::remove_dir(env.data()).unwrap();
     env.config(json!({"plugins": [Env::fixtures_plugin(json!({}))]}));
     let verify = env.warden(&["plugin", "verify"]).output().unwrap();
-    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&env.data()), 0o700, "the data dir is owner-only");
     let cache = env.data().join("cache/components");
     assert_eq!(mode(&cache), 0o700);
 
-    let list = env.warden(&["plugin", "list", "--format", "json"]).output().unwrap();
+    let list = env
+        .warden(&["plugin", "list", "--format", "json"])
+        .output()
+        .unwrap();
     let plugins: Value = serde_json::from_slice(&list.stdout).unwrap();
     let hash = |name: &str| {
         plugins
@@ -303,7 +320,10 @@ fn a_swapped_cache_entry_is_refused_and_recompiled() {
         run.stderr
     );
     let results = tool_results(&env.requests()[1]);
-    assert!(!results[0].1 && results[0].2.contains("the real read tool"), "{results:?}");
+    assert!(
+        !results[0].1 && results[0].2.contains("the real read tool"),
+        "{results:?}"
+    );
     // The entry was rewritten: the next run loads it without a warning.
     let again = env.run_json("read");
     assert!(!again.stderr.contains("warning"), "{}", again.stderr);
@@ -329,18 +349,34 @@ fn asks_logs_and_progress_are_capped_per_call() {
         // Distinct questions: at most 16 are put, the rest refused at once.
         let distinct = Counting::new(Ok(()));
         let out = adv
-            .call("ask_flood", json!({"count": 10_000, "distinct": true}), distinct.clone())
+            .call(
+                "ask_flood",
+                json!({"count": 10_000, "distinct": true}),
+                distinct.clone(),
+            )
             .await
             .unwrap();
         assert_eq!(distinct.asked.load(Ordering::Relaxed), 16);
         let out: Value = serde_json::from_str(&out).unwrap();
-        assert_eq!((out["ok"].as_u64(), out["refused"].as_u64()), (Some(16), Some(9984)));
-        assert!(out["last"].as_str().unwrap().contains("the most one call may"));
+        assert_eq!(
+            (out["ok"].as_u64(), out["refused"].as_u64()),
+            (Some(16), Some(9984))
+        );
+        assert!(
+            out["last"]
+                .as_str()
+                .unwrap()
+                .contains("the most one call may")
+        );
         // Progress: 20,000 updates of 8 KiB go out as at most 256 KiB.
         let progress = Counting::new(Ok(()));
-        adv.call("progress_flood", json!({"count": 20_000, "kb": 8}), progress.clone())
-            .await
-            .unwrap();
+        adv.call(
+            "progress_flood",
+            json!({"count": 20_000, "kb": 8}),
+            progress.clone(),
+        )
+        .await
+        .unwrap();
         let sent = progress.progress.load(Ordering::Relaxed);
         assert!((1..=32).contains(&sent), "{sent} progress updates went out");
         adv.still_serving().await;
@@ -366,10 +402,19 @@ fn a_log_flood_and_an_ask_flood_leave_bounded_traces() {
     let run = env.run_json_with("flood", &[("WARDEN_LOG", Some("error"))]);
     assert!(run.status.success(), "{}", run.stderr);
     // 80 MiB of log lines reach stderr as at most the call's 64 KiB and one notice.
-    assert!(run.stderr.len() < 80 * 1024, "stderr has {} bytes", run.stderr.len());
-    assert!(run.stderr.contains("log budget of this call used up"), "{}", &run.stderr[..200.min(run.stderr.len())]);
+    assert!(
+        run.stderr.len() < 80 * 1024,
+        "stderr has {} bytes",
+        run.stderr.len()
+    );
+    assert!(
+        run.stderr.contains("log budget of this call used up"),
+        "{}",
+        &run.stderr[..200.min(run.stderr.len())]
+    );
     let results = tool_results(&env.requests()[1]);
-    let asks: Value = serde_json::from_str(&results.iter().find(|r| r.0 == "asks").unwrap().2).unwrap();
+    let asks: Value =
+        serde_json::from_str(&results.iter().find(|r| r.0 == "asks").unwrap().2).unwrap();
     assert_eq!(asks["ok"], 16);
     let trail = env.ledger().audit_trail(&run.session()).unwrap();
     let of_asks = trail
@@ -390,13 +435,15 @@ fn no_grant_reaches_wardens_own_files() {
     std::os::unix::fs::symlink(env.data().join("cache"), data.join("cache")).unwrap();
     std::os::unix::fs::symlink(".warden", env.project().join("alias")).unwrap();
     env.file("ok.txt", "fine\n");
-    env.config(json!({"plugins": [adversary(json!({"dirs": [{"path": ".", "mode": "rw"}]}))],
-                      "permission": {"open": "allow", "list": "allow"}}));
+    env.config(
+        json!({"plugins": [adversary(json!({"dirs": [{"path": ".", "mode": "rw"}]}))],
+                      "permission": {"open": "allow", "list_dir": "allow"}}),
+    );
     env.cassette(json!([
         {"tool_calls": [
             {"id": "ledger", "name": "open", "arguments": {"path": ".warden/ledger.db"}},
             {"id": "alias", "name": "open", "arguments": {"path": "alias/ledger.db"}},
-            {"id": "cache", "name": "list", "arguments": {"path": ".warden/cache"}},
+            {"id": "cache", "name": "list_dir", "arguments": {"path": ".warden/cache"}},
             {"id": "config", "name": "open", "arguments": {"path": "warden.json"}},
             {"id": "grep", "name": "grep", "arguments": {"pattern": "SQLite format", "path": "."}},
             {"id": "ok", "name": "open", "arguments": {"path": "ok.txt"}}
@@ -405,19 +452,32 @@ fn no_grant_reaches_wardens_own_files() {
     ]));
     let run = env
         .warden(&[
-            "run", "--format", "json", "--model",
-            &format!("scripted:{}", env.root.path().join("cassette.json").display()),
+            "run",
+            "--format",
+            "json",
+            "--model",
+            &format!(
+                "scripted:{}",
+                env.root.path().join("cassette.json").display()
+            ),
             "own files",
         ])
         .env("WARDEN_DATA_DIR", &data)
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let results = tool_results(&env.requests()[1]);
     let r = |id: &str| results.iter().find(|r| r.0 == id).unwrap().clone();
     for id in ["ledger", "alias", "cache", "config"] {
         let (_, is_error, text) = r(id);
-        assert!(is_error && text.contains("is warden's own file"), "{id}: {text}");
+        assert!(
+            is_error && text.contains("is warden's own file"),
+            "{id}: {text}"
+        );
     }
     assert!(!r("grep").2.contains("ledger.db:1:"), "{:?}", r("grep"));
     assert_eq!(r("ok"), ("ok".into(), false, "fine\n".into()));
@@ -427,14 +487,20 @@ fn no_grant_reaches_wardens_own_files() {
 
 #[test]
 fn url_rules_see_every_spelling_and_every_redirect() {
-    let second = serve_http_on("127.0.0.2", vec![("/secret", Canned::ok("text/plain", "second host"))]);
+    let second = serve_http_on(
+        "127.0.0.2",
+        vec![("/secret", Canned::ok("text/plain", "second host"))],
+    );
     let first = serve_http(vec![
         ("/page", Canned::ok("text/plain", "first host")),
         (
             "/jump",
             Canned {
                 status: 302,
-                headers: vec![("location".into(), format!("http://127.0.0.2:{}/secret", second.port))],
+                headers: vec![(
+                    "location".into(),
+                    format!("http://127.0.0.2:{}/secret", second.port),
+                )],
                 body: vec![],
             },
         ),
@@ -444,7 +510,8 @@ fn url_rules_see_every_spelling_and_every_redirect() {
     env.config(json!({
         "builtin_grants": {"webfetch": {"hosts": ["*"]}},
         "plugins": [adversary(json!({"hosts": [format!("127.0.0.1:{p}")]}))],
-        "permission": {"fetch": "allow", "webfetch": {"*": "allow", "127.0.0.2": "deny", "127.0.0.3": "deny"}}
+        "permission": {"fetch": "allow", "webfetch": {"*": "allow", "127.0.0.2": "deny", "127.0.0.3": "deny"}},
+        "experimental": {"continue_loop_on_deny": true}
     }));
     let spellings = [
         format!("http://2130706435:{p}/page"),
@@ -467,15 +534,27 @@ fn url_rules_see_every_spelling_and_every_redirect() {
     let r = |id: &str| results.iter().find(|r| r.0 == id).unwrap().clone();
     for i in 0..spellings.len() {
         let (_, is_error, text) = r(&format!("s{i}"));
-        assert!(is_error && text.contains("on `127.0.0.3` is denied"), "{text}");
+        assert!(
+            is_error && text.contains("on `127.0.0.3` is denied"),
+            "{text}"
+        );
     }
     let (_, is_error, text) = r("jump");
     assert!(is_error && text.contains("was refused"), "{text}");
     let (_, is_error, text) = r("creds");
     assert!(is_error && text.contains("HttpRequestDenied"), "{text}");
     assert_eq!(r("fine"), ("fine".into(), false, "status 200".into()));
-    assert!(second.hits.lock().unwrap().is_empty(), "the redirect was followed");
-    assert_eq!(*first.hits.lock().unwrap(), ["/jump", "/page"]);
+    assert!(
+        second.hits.lock().unwrap().is_empty(),
+        "the redirect was followed"
+    );
+    let mut hits = first.hits.lock().unwrap().clone();
+    hits.sort();
+    assert_eq!(
+        hits,
+        ["/jump", "/page"],
+        "only the allowed calls reached it"
+    );
 }
 
 // ---- 8. plugin add takes the permission mapping ----
@@ -485,13 +564,26 @@ fn an_added_tool_is_mapped_or_asked_about() {
     let env = Env::new();
     env.file(".env", "SECRET=1\n");
     env.file("ok.txt", "fine\n");
-    env.config(json!({"permission": {"read": {"*.env": "deny"}}}));
+    env.config(json!({"permission": {"read": {"*.env": "deny"}},
+                      "experimental": {"continue_loop_on_deny": true}}));
     let add = |extra: &[&str]| {
-        let mut args = vec!["plugin", "add", "--name", "adv", "--dir", ".:ro", "--replace"];
+        let mut args = vec![
+            "plugin",
+            "add",
+            "--name",
+            "adv",
+            "--dir",
+            ".:ro",
+            "--replace",
+        ];
         args.push(Box::leak(adversary_wasm().into_boxed_str()));
         args.extend_from_slice(extra);
         let out = env.warden(&args).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
     let cassette = json!([
         {"tool_calls": [
@@ -506,7 +598,10 @@ fn an_added_tool_is_mapped_or_asked_about() {
     let run = env.run_json("unmapped");
     assert!(run.status.success(), "{}", run.stderr);
     for (_, is_error, text) in tool_results(&env.requests()[1]) {
-        assert!(is_error && text.contains("needs approval and nobody was attached"), "{text}");
+        assert!(
+            is_error && text.contains("needs approval and nobody was attached"),
+            "{text}"
+        );
     }
     // Mapped to `read` with its path argument: the path rules apply.
     add(&["--tool", "open:read:path=path"]);
@@ -515,7 +610,10 @@ fn an_added_tool_is_mapped_or_asked_about() {
     let run = env.run_json("mapped");
     assert!(run.status.success(), "{}", run.stderr);
     let results = tool_results(&env.requests()[1]);
-    assert!(results[0].1 && results[0].2.contains("`read` on `.env` is denied"), "{results:?}");
+    assert!(
+        results[0].1 && results[0].2.contains("`read` on `.env` is denied"),
+        "{results:?}"
+    );
     assert_eq!(results[1], ("ok".into(), false, "fine\n".into()));
 }
 
@@ -528,7 +626,10 @@ fn too_many_tools_are_refused_at_load() {
     let out = env.warden(&["plugin", "verify"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success());
-    assert!(text.contains("it describes 65 tools; one plugin may provide at most 64"), "{text}");
+    assert!(
+        text.contains("it describes 65 tools; one plugin may provide at most 64"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -548,7 +649,13 @@ fn a_second_call_with_the_same_id_is_refused_visibly() {
     assert_eq!(results.len(), 2, "{results:?}");
     assert_eq!(results[0], ("same".into(), false, r#"{"n":1}"#.into()));
     assert_eq!(results[1].0, "same-duplicate-1");
-    assert!(results[1].1 && results[1].2.contains("already has a tool call with the id `same`"), "{results:?}");
+    assert!(
+        results[1].1
+            && results[1]
+                .2
+                .contains("already has a tool call with the id `same`"),
+        "{results:?}"
+    );
     let ledger = env.ledger();
     assert_eq!(
         timeline(&ledger, &run.session(), "same-duplicate-1"),

@@ -10,8 +10,20 @@ use warden_protocol::{MessageWithParts, PartBody, SessionId, ToolState};
 
 /// The tools of the fixture plugin (plugins/fixtures).
 pub const FIXTURE_TOOLS: [&str; 14] = [
-    "sleep", "spin", "alloc", "recurse", "panic", "big", "echo", "read_path", "write_path", "env",
-    "tcp", "ask_then_write", "sleep_then_write", "counter",
+    "sleep",
+    "spin",
+    "alloc",
+    "recurse",
+    "panic",
+    "big",
+    "echo",
+    "read_path",
+    "write_path",
+    "env",
+    "tcp",
+    "ask_then_write",
+    "sleep_then_write",
+    "counter",
 ];
 
 /// The built-in tools, in the order the model is offered them.

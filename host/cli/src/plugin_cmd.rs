@@ -198,12 +198,12 @@ fn resolved_dirs(p: &LoadedPlugin, cwd: &std::path::Path) -> Vec<Value> {
     p.grants
         .dirs
         .iter()
-        .map(|d| {
-            match warden_runtime::sandbox::resolve_dir(&d.path, cwd.to_str(), &[]) {
+        .map(
+            |d| match warden_runtime::sandbox::resolve_dir(&d.path, cwd.to_str(), &[]) {
                 Ok(real) => json!({"path": d.path, "resolved": real.display().to_string()}),
                 Err(e) => json!({"path": d.path, "error": e}),
-            }
-        })
+            },
+        )
         .collect()
 }
 
@@ -295,9 +295,10 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
                             } else {
                                 "rw"
                             },
-                            r["resolved"]
-                                .as_str()
-                                .map_or_else(|| format!("unusable: {}", r["error"]), str::to_string)
+                            r["resolved"].as_str().map_or_else(
+                                || format!("unusable: {}", r["error"]),
+                                str::to_string
+                            )
                         )
                     })
                     .collect();

@@ -101,7 +101,12 @@ impl Asks {
         self.answers.len() < ASKS
     }
 
-    pub fn record(&mut self, permission: String, patterns: Vec<String>, answer: Result<(), String>) {
+    pub fn record(
+        &mut self,
+        permission: String,
+        patterns: Vec<String>,
+        answer: Result<(), String>,
+    ) {
         self.answers.insert((permission, patterns), answer);
     }
 }
@@ -131,9 +136,19 @@ pub fn table_full() -> String {
     )
 }
 
-/// Whether a wasmtime failure is the resource table refusing a new entry.
-pub fn is_table_full(root_cause: &str) -> bool {
-    root_cause.contains("resource table has no free keys")
+/// Why a wasmtime failure is the call going over its budget, if it is: the
+/// resource table refusing a new entry, or a header collection over its cap.
+pub fn over_budget(error: &str) -> Option<String> {
+    if error.contains("resource table has no free keys") {
+        Some(table_full())
+    } else if error.contains("total size of fields exceeds limit") {
+        Some(format!(
+            "it built an HTTP header collection over {} KiB, the most one may hold",
+            FIELD_BYTES / 1024
+        ))
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -111,7 +111,10 @@ impl Cache {
         let artifact = &bytes[HEADER..];
         let tag = hmac(&self.key, &[&bytes[..48], artifact]);
         if !constant_time_eq(&tag, &bytes[48..80]) {
-            return Err("its authentication tag does not match (altered, or not written by this cache)".into());
+            return Err(
+                "its authentication tag does not match (altered, or not written by this cache)"
+                    .into(),
+            );
         }
         Ok(artifact)
     }
@@ -221,7 +224,11 @@ mod tests {
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&dir), 0o700);
         assert_eq!(mode(&dir.join(KEY_FILE)), 0o600);
-        assert_eq!(Cache::open(dir.clone(), 1).unwrap().key, cache.key, "the key is kept");
+        assert_eq!(
+            Cache::open(dir.clone(), 1).unwrap().key,
+            cache.key,
+            "the key is kept"
+        );
         let entry = [MAGIC.as_slice(), &[0u8; 72]].concat();
         assert!(
             cache

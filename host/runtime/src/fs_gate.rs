@@ -251,8 +251,17 @@ mod tests {
             resolve(&root.join("grant/link/../ledger.db"), false),
             root.join("own/ledger.db")
         );
-        assert_eq!(resolve(&root.join("grant/link"), false), root.join("grant/link"));
-        assert_eq!(resolve(&root.join("grant/link"), true), root.join("own/sub"));
-        assert_eq!(resolve(&root.join("grant/new/file"), true), root.join("grant/new/file"));
+        assert_eq!(
+            resolve(&root.join("grant/link"), false),
+            root.join("grant/link")
+        );
+        assert_eq!(
+            resolve(&root.join("grant/link"), true),
+            root.join("own/sub")
+        );
+        assert_eq!(
+            resolve(&root.join("grant/new/file"), true),
+            root.join("grant/new/file")
+        );
     }
 }

@@ -211,7 +211,11 @@ mod tests {
         assert!(ok("http://[::ffff:127.0.0.1]:8080/"));
         assert!(!ok("http://127.0.0.1:8080@api.example.com/"));
         let spelled = gate(&["http://0x7f000001:8080"]);
-        assert!(spelled.check(&"http://127.0.0.1:8080/".parse().unwrap()).is_ok());
+        assert!(
+            spelled
+                .check(&"http://127.0.0.1:8080/".parse().unwrap())
+                .is_ok()
+        );
         let any = gate(&["*"]);
         assert!(
             any.check(&"https://anything.example/".parse().unwrap())

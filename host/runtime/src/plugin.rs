@@ -141,7 +141,7 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
         world,
         !src.grants.hosts.is_empty(),
     )
-        .map_err(|e| contract_err(format!("{e:#}")))?;
+    .map_err(|e| contract_err(format!("{e:#}")))?;
     let pre = linker
         .instantiate_pre(&component)
         .map_err(|e| contract_err(format!("cannot be linked: {e:#}")))?;
@@ -352,9 +352,18 @@ mod tests {
         };
         let none = BTreeMap::new();
         let object = || r#"{"type": "object"}"#.to_string();
-        let many: Vec<ToolSpec> = (0..=MAX_TOOLS).map(|i| spec(&format!("t{i}"), object())).collect();
-        assert!(check_tools(&guest, many, &none, false).unwrap_err().contains("at most 64"));
-        let huge = format!(r#"{{"type": "object", "description": "{}"}}"#, "x".repeat(MAX_SCHEMA));
+        let many: Vec<ToolSpec> = (0..=MAX_TOOLS)
+            .map(|i| spec(&format!("t{i}"), object()))
+            .collect();
+        assert!(
+            check_tools(&guest, many, &none, false)
+                .unwrap_err()
+                .contains("at most 64")
+        );
+        let huge = format!(
+            r#"{{"type": "object", "description": "{}"}}"#,
+            "x".repeat(MAX_SCHEMA)
+        );
         assert!(
             check_tools(&guest, vec![spec("big", huge)], &none, false)
                 .unwrap_err()

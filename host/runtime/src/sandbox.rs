@@ -481,10 +481,10 @@ pub fn classify(err: wasmtime::Error, guest: &str, limits: &Limits, stderr: &str
         }
         _ => {}
     }
-    if budget::is_table_full(&root) || budget::is_table_full(&format!("{err:#}")) {
+    if let Some(message) = budget::over_budget(&format!("{err:#}")) {
         return GuestError::OverBudget {
             guest: guest.to_string(),
-            message: budget::table_full(),
+            message,
         };
     }
     // The store's limiter turns a refused memory.grow into a trap; a Rust

@@ -19,7 +19,7 @@ const TOOLS: &[(&str, &str)] = &[
     ("fields_flood", "Create wasi:http header fields of `kb` KiB, `count` times, keeping them all."),
     ("pollable_flood", "Create `count` clock pollables, keeping them all."),
     ("open", "Read the file at `path` (absolute, or relative to the working directory)."),
-    ("list", "List the directory at `path`."),
+    ("list_dir", "List the directory at `path`."),
     ("ask_flood", "Ask a permission `count` times (`distinct`: a new pattern each time)."),
     ("log_flood", "Log `count` lines of `kb` KiB."),
     ("progress_flood", "Send `count` progress updates of `kb` KiB."),
@@ -77,7 +77,7 @@ impl Guest for Adversary {
                     Err(e) => failed(format!("cannot open {path}: {e}")),
                 }
             }
-            "list" => {
+            "list_dir" => {
                 let path = resolve(&ctx, arg_str(&args, "path"));
                 match std::fs::read_dir(&path) {
                     Ok(entries) => {

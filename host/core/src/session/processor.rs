@@ -779,7 +779,10 @@ impl<'a> Processor<'a> {
             .filter(|p| p.call_id().is_some_and(|c| c.starts_with(call_id)))
             .count();
         let id = format!("{call_id}-duplicate-{n}");
-        tracing::warn!(call_id, "the model sent two calls with one id; the second is refused");
+        tracing::warn!(
+            call_id,
+            "the model sent two calls with one id; the second is refused"
+        );
         let idx = self.ensure_pending(&id, name)?;
         let input = match serde_json::from_str::<Value>(raw) {
             Ok(v @ Value::Object(_)) => v,

@@ -361,7 +361,11 @@ mod tests {
         assert_eq!(pattern_of(&path, &json!({}), dir), "*");
         let url = PatternSource::Url("url".into());
         assert_eq!(
-            pattern_of(&url, &json!({"url": "https://API.example.com:8443/x?y"}), dir),
+            pattern_of(
+                &url,
+                &json!({"url": "https://API.example.com:8443/x?y"}),
+                dir
+            ),
             "api.example.com"
         );
         assert_eq!(

@@ -74,7 +74,9 @@ pub fn canonical(url: &str) -> Result<Canonical, String> {
         return Err("URLs with credentials (user@host) are refused".into());
     }
     if authority.contains(['\\', '%']) || authority.chars().any(|c| c.is_whitespace()) {
-        return Err(format!("the host part {authority:?} is not a plain host[:port]"));
+        return Err(format!(
+            "the host part {authority:?} is not a plain host[:port]"
+        ));
     }
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
         let (h, after) = v6
@@ -85,7 +87,10 @@ pub fn canonical(url: &str) -> Result<Canonical, String> {
             .map_err(|_| format!("{h:?} is not an IPv6 address"))?;
         let port = match after {
             "" => None,
-            p => Some(p.strip_prefix(':').ok_or_else(|| format!("junk after ] in {authority:?}"))?),
+            p => Some(
+                p.strip_prefix(':')
+                    .ok_or_else(|| format!("junk after ] in {authority:?}"))?,
+            ),
         };
         (v6_host(addr), port)
     } else {
@@ -119,7 +124,9 @@ pub fn host(raw: &str) -> Result<Host, String> {
         return Err("the URL has no host".into());
     }
     if !h.is_ascii() {
-        return Err(format!("host {raw:?} is not ASCII; give it in punycode (xn--...)"));
+        return Err(format!(
+            "host {raw:?} is not ASCII; give it in punycode (xn--...)"
+        ));
     }
     if let Some(v4) = ipv4(h)? {
         return Ok(if v4.is_unspecified() {
@@ -159,7 +166,9 @@ fn v6_host(addr: Ipv6Addr) -> Host {
 /// but is not a valid address.
 fn ipv4(h: &str) -> Result<Option<Ipv4Addr>, String> {
     let parts: Vec<&str> = h.split('.').collect();
-    let last_numeric = parts.last().is_some_and(|p| number(p).is_some() || p.starts_with("0x"));
+    let last_numeric = parts
+        .last()
+        .is_some_and(|p| number(p).is_some() || p.starts_with("0x"));
     if !last_numeric {
         return Ok(None);
     }
@@ -190,11 +199,15 @@ fn number(p: &str) -> Option<u64> {
         return if hex.is_empty() {
             Some(0)
         } else {
-            u64::from_str_radix(hex, 16).ok().filter(|n| *n <= u32::MAX as u64)
+            u64::from_str_radix(hex, 16)
+                .ok()
+                .filter(|n| *n <= u32::MAX as u64)
         };
     }
     if p.len() > 1 && p.starts_with('0') {
-        return u64::from_str_radix(&p[1..], 8).ok().filter(|n| *n <= u32::MAX as u64);
+        return u64::from_str_radix(&p[1..], 8)
+            .ok()
+            .filter(|n| *n <= u32::MAX as u64);
     }
     p.parse::<u64>().ok().filter(|n| *n <= u32::MAX as u64)
 }
