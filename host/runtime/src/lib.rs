@@ -12,6 +12,7 @@ mod bindings;
 pub mod builtin;
 pub mod engine;
 pub mod error;
+pub mod guest_output;
 pub mod host;
 pub mod net;
 pub mod plugin;

@@ -683,6 +683,20 @@ impl CallObserver for Observer {
         (self.progress)(title, metadata);
     }
 
+    fn guest_output(&self, plugin: &str, stream: &str, text: String) {
+        audit_ctx(
+            &self.env,
+            &self.ctx,
+            stream,
+            &format!("plugin:{plugin}"),
+            None,
+            "printed",
+            None,
+            None,
+            &text,
+        );
+    }
+
     async fn ask(
         &self,
         permission: String,

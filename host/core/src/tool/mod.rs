@@ -155,6 +155,9 @@ pub trait CallObserver: Send + Sync {
         patterns: Vec<String>,
         metadata: Value,
     ) -> Result<(), String>;
+    /// What guest `plugin` printed on `stream` (`stdout` or `stderr`) during
+    /// the call, already capped; kept with the call for `warden trace`.
+    fn guest_output(&self, _plugin: &str, _stream: &str, _text: String) {}
 }
 
 /// Runs guests. Implemented by the plugin runtime.
