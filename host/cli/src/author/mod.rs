@@ -128,27 +128,7 @@ pub fn new(args: NewArgs) -> Result<ExitCode> {
         );
     }
     let kind = if args.hook { Kind::Hook } else { Kind::Tool };
-    let sdk_features = match kind {
-        Kind::Tool => "",
-        Kind::Hook => ", default-features = false, features = [\"hook\"]",
-    };
-    let project = Project {
-        name: args.name.clone(),
-        lang: args.lang,
-        kind,
-    };
-    for file in template::files(args.lang, kind) {
-        let path = dir.join(file.path);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("cannot create {}", parent.display()))?;
-        }
-        let text = template::render(file.text, &args.name, &args.name, sdk_features);
-        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    let manifest = dir.join(MANIFEST);
-    std::fs::write(&manifest, serde_json::to_string_pretty(&project)? + "\n")
-        .with_context(|| format!("cannot write {}", manifest.display()))?;
+    create(&dir, &args.name, args.lang, kind)?;
     let what = match kind {
         Kind::Tool => format!("tool {}", args.name),
         Kind::Hook => "before hook".to_string(),
@@ -169,6 +149,32 @@ pub fn new(args: NewArgs) -> Result<ExitCode> {
     say!("  warden plugin build          # → build/{}.wasm", args.name);
     say!("  warden plugin add .{grants}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Write a new project of `lang` and `kind` named `name` into `dir`.
+pub fn create(dir: &Path, name: &str, lang: Lang, kind: Kind) -> Result<()> {
+    let sdk_features = match kind {
+        Kind::Tool => "",
+        Kind::Hook => ", default-features = false, features = [\"hook\"]",
+    };
+    let project = Project {
+        name: name.to_string(),
+        lang,
+        kind,
+    };
+    for file in template::files(lang, kind) {
+        let path = dir.join(file.path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        let text = template::render(file.text, name, name, sdk_features);
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let manifest = dir.join(MANIFEST);
+    std::fs::write(&manifest, serde_json::to_string_pretty(&project)? + "\n")
+        .with_context(|| format!("cannot write {}", manifest.display()))?;
+    Ok(())
 }
 
 /// `warden plugin build`.
