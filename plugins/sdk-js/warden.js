@@ -69,7 +69,7 @@ function context(c) {
       const base = normalize(directory) ?? '/';
       const full = normalize(path.startsWith('/') ? path : `${base}/${path}`);
       if (full === null || (full !== base && !full.startsWith(base === '/' ? '/' : base + '/'))) {
-        throw new InvalidArguments(`${path} is outside the working directory ${base}; give a path inside it`);
+        throw new InvalidArguments(`'${path}' is outside the working directory ${base}; only paths inside it can be used`);
       }
       return full;
     },

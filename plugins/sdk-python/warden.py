@@ -23,10 +23,24 @@ Nothing here imports the generated bindings at module level, so a plugin's
 own tests can import the app and call its functions with plain Python.
 """
 
+import fnmatch
 import json
 import os
 import sys
 import traceback
+
+# componentize-py snapshots the app after importing it, and only modules
+# imported by then are in the component: import everything here, at the top.
+try:
+    from componentize_py_types import Err as _Err
+    from wit_world.imports import host as _wit_host
+    from wit_world.imports import types as _wit_types
+except ImportError:  # plain Python: the plugin's own tests
+    _Err = _wit_host = _wit_types = None
+try:
+    from wit_world.exports import hooks as _wit_hooks
+except ImportError:  # a tool plugin, or plain Python
+    _wit_hooks = None
 
 __all__ = [
     "Context", "Output", "InvalidArguments", "Failed", "Denied",
@@ -90,7 +104,7 @@ class Context:
         full = os.path.normpath(path if os.path.isabs(path) else os.path.join(base, path))
         if full != base and not full.startswith(base.rstrip("/") + "/"):
             raise InvalidArguments(
-                f"{path} is outside the working directory {base}; give a path inside it")
+                f"'{path}' is outside the working directory {base}; only paths inside it can be used")
         return full
 
     def log(self, level, message):
@@ -112,11 +126,7 @@ _LEVELS = ("debug", "info", "warn", "error")
 
 
 def _host():
-    try:
-        from wit_world.imports import host
-    except ImportError:
-        return None
-    return host
+    return _wit_host
 
 
 def log(level, message):
@@ -142,10 +152,9 @@ def ask(permission, patterns, metadata=None):
     host = _host()
     if host is None:
         return
-    from componentize_py_types import Err
     try:
         host.ask(permission, list(patterns), json.dumps(metadata or {}))
-    except Err as e:
+    except _Err as e:
         raise Denied(str(e.value)) from None
 
 
@@ -176,23 +185,20 @@ def _report(e):
 
 
 def _wit_output(out):
-    from wit_world.imports import types
     if not isinstance(out, Output):
         out = Output(out)
-    return types.ToolOutput(output=out.output, title=out.title, metadata=json.dumps(out.metadata))
+    return _wit_types.ToolOutput(output=out.output, title=out.title, metadata=json.dumps(out.metadata))
 
 
 class Tool:
     """The ``tool`` export: componentize-py calls this class's methods."""
 
     def describe(self):
-        from wit_world.imports import types
-        return [types.ToolSpec(id=i, description=d, parameters=json.dumps(p))
+        return [_wit_types.ToolSpec(id=i, description=d, parameters=json.dumps(p))
                 for i, (d, p, _) in _TOOLS.items()]
 
     def execute(self, ctx, tool, arguments):
-        from wit_world.imports import types
-        from componentize_py_types import Err
+        types, Err = _wit_types, _Err
         errors = {
             "invalid-arguments": types.ToolError_InvalidArguments,
             "failed": types.ToolError_Failed,
@@ -265,7 +271,6 @@ def after(*patterns):
 
 
 def _matches(patterns, tool):
-    import fnmatch
     return any(fnmatch.fnmatchcase(tool, p) for p in patterns)
 
 
@@ -273,52 +278,42 @@ class Hooks:
     """The ``hooks`` export: componentize-py calls this class's methods."""
 
     def describe(self):
-        from wit_world.exports import hooks
-        return hooks.HookSpec(before=[p for ps, _ in _BEFORE for p in ps],
+        return _wit_hooks.HookSpec(before=[p for ps, _ in _BEFORE for p in ps],
                               after=[p for ps, _ in _AFTER for p in ps])
 
     def before(self, ctx, tool, arguments):
-        from wit_world.exports import hooks
-        try:
-            args = json.loads(arguments or "{}")
-            rewritten = False
-            for patterns, f in _BEFORE:
-                if not _matches(patterns, tool):
-                    continue
-                d = f(_context(ctx), tool, args)
-                if isinstance(d, Block):
-                    return hooks.BeforeDecision_Block(d.reason)
-                if isinstance(d, Ask):
-                    return hooks.BeforeDecision_Ask(d.reason)
-                if isinstance(d, Rewrite):
-                    args, rewritten = d.arguments, True
-            if rewritten:
-                return hooks.BeforeDecision_Rewrite(json.dumps(args))
-            return hooks.BeforeDecision_Allow()
-        except Exception as e:
-            # The host decides what a failed hook means (fail closed unless the
-            # operator set fail_open); the traceback goes with the call.
-            _report(e)
-            raise
+        # An exception escapes: componentize-py prints its traceback, the call
+        # traps, and the host decides (fail closed unless fail_open).
+        hooks = _wit_hooks
+        args = json.loads(arguments or "{}")
+        rewritten = False
+        for patterns, f in _BEFORE:
+            if not _matches(patterns, tool):
+                continue
+            d = f(_context(ctx), tool, args)
+            if isinstance(d, Block):
+                return hooks.BeforeDecision_Block(d.reason)
+            if isinstance(d, Ask):
+                return hooks.BeforeDecision_Ask(d.reason)
+            if isinstance(d, Rewrite):
+                args, rewritten = d.arguments, True
+        if rewritten:
+            return hooks.BeforeDecision_Rewrite(json.dumps(args))
+        return hooks.BeforeDecision_Allow()
 
     def after(self, ctx, tool, arguments, output):
-        from wit_world.exports import hooks
-        from wit_world.imports import types
+        hooks = _wit_hooks
         current = Output(output.output, output.title, json.loads(output.metadata or "{}"))
         changed = False
-        try:
-            args = json.loads(arguments or "{}")
-            for patterns, f in _AFTER:
-                if not _matches(patterns, tool):
-                    continue
-                new = f(_context(ctx), tool, args, current)
-                if new is not None:
-                    current = new if isinstance(new, Output) else Output(new, current.title, current.metadata)
-                    changed = True
-        except Exception as e:
-            _report(e)
-            raise
+        args = json.loads(arguments or "{}")
+        for patterns, f in _AFTER:
+            if not _matches(patterns, tool):
+                continue
+            new = f(_context(ctx), tool, args, current)
+            if new is not None:
+                current = new if isinstance(new, Output) else Output(new, current.title, current.metadata)
+                changed = True
         if not changed:
             return hooks.AfterDecision_Keep()
-        return hooks.AfterDecision_Rewrite(types.ToolOutput(
+        return hooks.AfterDecision_Rewrite(_wit_types.ToolOutput(
             output=current.output, title=current.title, metadata=json.dumps(current.metadata)))

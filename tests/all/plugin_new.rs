@@ -65,22 +65,39 @@ fn add(env: &Env, project: &Path, grants: &[&str]) {
     author(env, &env.project(), &args);
 }
 
-/// One scripted turn per call, then a closing answer; the results the
-/// model was shown, by call id, and the tool parts of the session.
-fn session(env: &Env, calls: &[(&str, &str, Value)], vars: &[(&str, Option<&str>)]) -> Vec<(String, bool, String)> {
+/// One scripted turn per call, then a closing answer. What each call
+/// ended as in the ledger, `(call id, failed, output or error)`, and what the
+/// model was shown of them, `(call id, is error, text)`, in call order.
+#[allow(clippy::type_complexity)]
+fn session(
+    env: &Env,
+    calls: &[(&str, &str, Value)],
+    vars: &[(&str, Option<&str>)],
+) -> (Vec<(String, bool, String)>, Vec<(String, bool, String)>) {
     let mut turns: Vec<Value> = calls
         .iter()
         .map(|(id, tool, args)| json!({"tool_calls": [{"id": id, "name": tool, "arguments": args}]}))
         .collect();
     turns.push(json!({"text": "done"}));
     env.cassette(json!(turns));
+    let _ = std::fs::remove_file(env.root.path().join("requests.jsonl"));
     let run = env.run_json_with("use the new plugin", vars);
     assert!(run.status.success(), "{}\n{}", run.stdout, run.stderr);
-    let requests = env.requests();
-    assert_eq!(requests.len(), calls.len() + 1, "{}", run.stderr);
-    let results = tool_results(requests.last().unwrap());
-    assert_eq!(results.len(), calls.len());
-    results
+    let msgs = env.ledger().messages(&run.session()).unwrap();
+    let ended = tool_parts(&msgs)
+        .into_iter()
+        .map(|(id, state)| match state {
+            ToolState::Completed { output, .. } => (id, false, output),
+            ToolState::Error { error, .. } => (id, true, error),
+            other => panic!("{id} did not end: {other:?}"),
+        })
+        .collect();
+    let shown = env
+        .requests()
+        .last()
+        .map(tool_results)
+        .unwrap_or_default();
+    (ended, shown)
 }
 
 fn tool_path(lang: &str) {
@@ -93,7 +110,7 @@ fn tool_path(lang: &str) {
 
     // Granted the working directory and the label variable.
     add(&env, &project, &["--dir", ".:ro", "--env", "WARDEN_EXAMPLE_LABEL"]);
-    let results = session(
+    let (_, shown) = session(
         &env,
         &[
             ("c1", &name, json!({"path": "notes.txt"})),
@@ -104,7 +121,7 @@ fn tool_path(lang: &str) {
     );
     let dir = env.project();
     assert_eq!(
-        results,
+        shown,
         [
             ("c1".into(), false, "notes.txt: 2 lines, 3 words (granted label)".into()),
             // The tool's own exception, its own words.
@@ -113,7 +130,7 @@ fn tool_path(lang: &str) {
                 "c3".into(),
                 true,
                 format!(
-                    "Error: invalid arguments: ../outside.txt is outside the working directory {}; give a path inside it",
+                    "Error: invalid arguments: '../outside.txt' is outside the working directory {}; only paths inside it can be used",
                     dir.display()
                 )
             ),
@@ -122,7 +139,7 @@ fn tool_path(lang: &str) {
 
     // Granted only docs/ and no variable: the sandbox holds.
     add(&env, &project, &["--dir", "docs:ro"]);
-    let results = session(
+    let (results, _) = session(
         &env,
         &[
             ("d1", &name, json!({"path": "docs/guide.txt"})),
@@ -159,7 +176,7 @@ fn hook_path(lang: &str) {
     env.file("notes.txt", "alpha\n");
     env.file("keys.secret", "hunter2\n");
     add(&env, &project, &[]);
-    let results = session(
+    let (results, _) = session(
         &env,
         &[
             ("h1", "read", json!({"filePath": "./notes.txt"})),
@@ -174,19 +191,21 @@ fn hook_path(lang: &str) {
             (
                 "h2".into(),
                 true,
-                format!("Error: blocked by hook {name}: keys.secret is a .secret file; {name} keeps tools away from those")
+                format!("blocked by hook {name}: keys.secret is a .secret file; {name} keeps tools away from those")
             ),
         ]
     );
-    // The ledger keeps the arguments the tool really ran with.
-    let ledger = env.ledger();
-    let sessions = ledger.sessions().unwrap();
-    let msgs = ledger.messages(&sessions[0].id).unwrap();
-    let parts = tool_parts(&msgs);
-    match &parts[0].1 {
-        ToolState::Completed { input, .. } => assert_eq!(input, &json!({"filePath": "notes.txt"})),
-        other => panic!("h1 should have completed: {other:?}"),
-    }
+    // The tool ran with the arguments the hook rewrote.
+    let run_input = |env: &Env| {
+        let ledger = env.ledger();
+        let sessions = ledger.sessions().unwrap();
+        let msgs = ledger.messages(&sessions[0].id).unwrap();
+        match tool_parts(&msgs).into_iter().next() {
+            Some((_, ToolState::Completed { input, .. })) => input,
+            other => panic!("h1 should have completed: {other:?}"),
+        }
+    };
+    assert_eq!(run_input(&env), json!({"filePath": "notes.txt"}));
 }
 
 #[test]

@@ -51,8 +51,10 @@ fn text(pipe: &MemoryOutputPipe) -> String {
 
 /// Why a guest crashed, in one line, from what it printed on stderr.
 pub fn crash_summary(stderr: &str) -> Option<String> {
-    let line = rust_panic(stderr)
-        .or_else(|| python_exception(stderr))
+    // Python first: componentize-py's runtime adds a Rust panic of its own
+    // ("Python function threw an unexpected exception") after the traceback.
+    let line = python_exception(stderr)
+        .or_else(|| rust_panic(stderr))
         .or_else(|| js_error(stderr))?;
     Some(line.chars().take(SUMMARY_CAP).collect())
 }
@@ -117,6 +119,10 @@ mod tests {
     fn a_python_exception_is_the_last_line_of_its_traceback() {
         let stderr = "Traceback (most recent call last):\n  File \"app.py\", line 3, in before\n    raise KeyError('x')\nKeyError: 'x'\n";
         assert_eq!(crash_summary(stderr).as_deref(), Some("KeyError: 'x'"));
+        let with_runtime_panic = format!(
+            "{stderr}\nthread '<unnamed>' (1) panicked at runtime/src/lib.rs:1280:25:\nPython function threw an unexpected exception\n"
+        );
+        assert_eq!(crash_summary(&with_runtime_panic).as_deref(), Some("KeyError: 'x'"));
         let chained = "Traceback (most recent call last):\n  File \"a\"\nOSError: first\n\nDuring handling of the above exception, another exception occurred:\n\nTraceback (most recent call last):\n  File \"b\"\nwarden.Failed: second\n";
         assert_eq!(crash_summary(chained).as_deref(), Some("warden.Failed: second"));
     }

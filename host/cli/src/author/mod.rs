@@ -200,9 +200,41 @@ pub fn component_of(path: &Path, data_dir: &Path) -> Result<(PathBuf, Option<Str
         return Ok((path.to_path_buf(), None));
     }
     let project = Project::load(path)?;
+    let out = project.component(path);
+    if up_to_date(path, &out) {
+        eprintln!("warden: {} is up to date", out.display());
+        return Ok((out, Some(project.name)));
+    }
     eprintln!("warden: building {} ({})", project.name, path.display());
     let out = build_dir(path, data_dir)?;
     Ok((out, Some(project.name)))
+}
+
+/// Whether `out` exists and is newer than every source file of the project.
+fn up_to_date(dir: &Path, out: &Path) -> bool {
+    let Ok(built) = std::fs::metadata(out).and_then(|m| m.modified()) else {
+        return false;
+    };
+    fn newer(dir: &Path, than: std::time::SystemTime) -> bool {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return true;
+        };
+        entries.flatten().any(|e| {
+            let name = e.file_name();
+            if matches!(
+                name.to_str(),
+                Some("build" | "target" | "node_modules" | "__pycache__" | ".git")
+            ) {
+                return false;
+            }
+            match e.metadata() {
+                Ok(m) if m.is_dir() => newer(&e.path(), than),
+                Ok(m) => m.modified().map_or(true, |t| t > than),
+                Err(_) => true,
+            }
+        })
+    }
+    !newer(dir, built)
 }
 
 #[cfg(test)]
