@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
-use warden_protocol::ToolState;
+use warden_protocol::{SessionId, ToolState};
 
 use crate::common::{Env, tool_parts, tool_results};
 
@@ -65,15 +65,18 @@ fn add(env: &Env, project: &Path, grants: &[&str]) {
     author(env, &env.project(), &args);
 }
 
-/// One scripted turn per call, then a closing answer. What each call
-/// ended as in the ledger, `(call id, failed, output or error)`, and what the
-/// model was shown of them, `(call id, is error, text)`, in call order.
-#[allow(clippy::type_complexity)]
+/// What a call ended as, or what the model was shown of it:
+/// `(call id, failed, output or error)`.
+type Outcome = (String, bool, String);
+
+/// One scripted turn per call, then a closing answer. What each call ended
+/// as in the ledger and what the model was shown, in call order, and the
+/// session's id.
 fn session(
     env: &Env,
     calls: &[(&str, &str, Value)],
     vars: &[(&str, Option<&str>)],
-) -> (Vec<(String, bool, String)>, Vec<(String, bool, String)>) {
+) -> (Vec<Outcome>, Vec<Outcome>, SessionId) {
     let mut turns: Vec<Value> = calls
         .iter()
         .map(|(id, tool, args)| json!({"tool_calls": [{"id": id, "name": tool, "arguments": args}]}))
@@ -83,7 +86,8 @@ fn session(
     let _ = std::fs::remove_file(env.root.path().join("requests.jsonl"));
     let run = env.run_json_with("use the new plugin", vars);
     assert!(run.status.success(), "{}\n{}", run.stdout, run.stderr);
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+    let id = run.session();
+    let msgs = env.ledger().messages(&id).unwrap();
     let ended = tool_parts(&msgs)
         .into_iter()
         .map(|(id, state)| match state {
@@ -97,7 +101,7 @@ fn session(
         .last()
         .map(tool_results)
         .unwrap_or_default();
-    (ended, shown)
+    (ended, shown, id)
 }
 
 fn tool_path(lang: &str) {
@@ -110,7 +114,7 @@ fn tool_path(lang: &str) {
 
     // Granted the working directory and the label variable.
     add(&env, &project, &["--dir", ".:ro", "--env", "WARDEN_EXAMPLE_LABEL"]);
-    let (_, shown) = session(
+    let (_, shown, id) = session(
         &env,
         &[
             ("c1", &name, json!({"path": "notes.txt"})),
@@ -137,9 +141,24 @@ fn tool_path(lang: &str) {
         ]
     );
 
+    // What the guest printed (a traceback, a stack) is kept with the call.
+    if lang != "rust" {
+        let trail = env.ledger().audit_trail(&id).unwrap();
+        let printed = trail
+            .iter()
+            .find(|a| a.call_id.as_deref() == Some("c2") && a.stage == "stderr")
+            .unwrap_or_else(|| panic!("no stderr row for c2: {trail:?}"));
+        assert_eq!(printed.subject, format!("plugin:{name}"));
+        let text = printed.outcome.as_deref().unwrap_or("");
+        assert!(
+            text.contains(expected_empty_error(lang).trim_start_matches("Error: ")),
+            "{text}"
+        );
+    }
+
     // Granted only docs/ and no variable: the sandbox holds.
     add(&env, &project, &["--dir", "docs:ro"]);
-    let (results, _) = session(
+    let (results, _, _) = session(
         &env,
         &[
             ("d1", &name, json!({"path": "docs/guide.txt"})),
@@ -176,7 +195,7 @@ fn hook_path(lang: &str) {
     env.file("notes.txt", "alpha\n");
     env.file("keys.secret", "hunter2\n");
     add(&env, &project, &[]);
-    let (results, _) = session(
+    let (results, _, _) = session(
         &env,
         &[
             ("h1", "read", json!({"filePath": "./notes.txt"})),
