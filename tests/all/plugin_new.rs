@@ -51,11 +51,37 @@ fn new_project(env: &Env, name: &str, lang: &str, hook: bool) -> PathBuf {
     let said = author(env, &home, &args);
     assert!(said.starts_with(&format!("created {name} ")), "{said}");
     let project = home.join(name);
+    own_tests_pass(&project, lang);
     let said = author(env, &project, &["plugin", "build"]);
     let wasm = project.join("build").join(format!("{name}.wasm"));
     assert_eq!(said.trim(), format!("built ./build/{name}.wasm"));
     assert!(wasm.exists(), "no component at {}", wasm.display());
     project
+}
+
+/// The project's own tests, run natively as its README says, pass as written.
+fn own_tests_pass(project: &Path, lang: &str) {
+    let (program, args): (&str, &[&str]) = match lang {
+        "rust" => ("cargo", &["test", "--quiet"]),
+        "python" => ("python3", &["-m", "unittest"]),
+        _ => ("node", &["--test"]),
+    };
+    let out = std::process::Command::new(program)
+        .args(args)
+        .current_dir(project)
+        .env(
+            "CARGO_TARGET_DIR",
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/plugin-projects"),
+        )
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program} (install it to run these tests): {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed in {}:\n{}\n{}",
+        project.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `plugin add PROJECT GRANTS…` from the session's folder.
@@ -79,7 +105,9 @@ fn session(
 ) -> (Vec<Outcome>, Vec<Outcome>, SessionId) {
     let mut turns: Vec<Value> = calls
         .iter()
-        .map(|(id, tool, args)| json!({"tool_calls": [{"id": id, "name": tool, "arguments": args}]}))
+        .map(
+            |(id, tool, args)| json!({"tool_calls": [{"id": id, "name": tool, "arguments": args}]}),
+        )
         .collect();
     turns.push(json!({"text": "done"}));
     env.cassette(json!(turns));
@@ -96,11 +124,7 @@ fn session(
             other => panic!("{id} did not end: {other:?}"),
         })
         .collect();
-    let shown = env
-        .requests()
-        .last()
-        .map(tool_results)
-        .unwrap_or_default();
+    let shown = env.requests().last().map(tool_results).unwrap_or_default();
     (ended, shown, id)
 }
 
@@ -113,7 +137,11 @@ fn tool_path(lang: &str) {
     env.file("docs/guide.txt", "one\n");
 
     // Granted the working directory and the label variable.
-    add(&env, &project, &["--dir", ".:ro", "--env", "WARDEN_EXAMPLE_LABEL"]);
+    add(
+        &env,
+        &project,
+        &["--dir", ".:ro", "--env", "WARDEN_EXAMPLE_LABEL"],
+    );
     let (_, shown, id) = session(
         &env,
         &[
@@ -127,7 +155,11 @@ fn tool_path(lang: &str) {
     assert_eq!(
         shown,
         [
-            ("c1".into(), false, "notes.txt: 2 lines, 3 words (granted label)".into()),
+            (
+                "c1".into(),
+                false,
+                "notes.txt: 2 lines, 3 words (granted label)".into()
+            ),
             // The tool's own exception, its own words.
             ("c2".into(), true, expected_empty_error(lang)),
             (
@@ -168,10 +200,18 @@ fn tool_path(lang: &str) {
     );
     assert_eq!(
         results[0],
-        ("d1".into(), false, "docs/guide.txt: 1 lines, 1 words (no label: WARDEN_EXAMPLE_LABEL is not granted)".into())
+        (
+            "d1".into(),
+            false,
+            "docs/guide.txt: 1 lines, 1 words (no label: WARDEN_EXAMPLE_LABEL is not granted)"
+                .into()
+        )
     );
     assert_eq!(results[1].0, "d2");
-    assert!(results[1].1, "reading outside the grant must fail: {results:?}");
+    assert!(
+        results[1].1,
+        "reading outside the grant must fail: {results:?}"
+    );
     assert!(
         results[1].2.contains("notes.txt"),
         "the error names the file: {}",
@@ -210,7 +250,9 @@ fn hook_path(lang: &str) {
             (
                 "h2".into(),
                 true,
-                format!("blocked by hook {name}: keys.secret is a .secret file; {name} keeps tools away from those")
+                format!(
+                    "blocked by hook {name}: keys.secret is a .secret file; {name} keeps tools away from those"
+                )
             ),
         ]
     );

@@ -129,7 +129,11 @@ async fn add(
     let stats = host.compile_stats();
     eprintln!(
         "warden: {} in {:.1} s",
-        if stats.compiled > 0 { "compiled and cached" } else { "already compiled (cache)" },
+        if stats.compiled > 0 {
+            "compiled and cached"
+        } else {
+            "already compiled (cache)"
+        },
         started.elapsed().as_secs_f64()
     );
     let manifest = warden_runtime::plugin_dir::Manifest {

@@ -122,9 +122,15 @@ mod tests {
         let with_runtime_panic = format!(
             "{stderr}\nthread '<unnamed>' (1) panicked at runtime/src/lib.rs:1280:25:\nPython function threw an unexpected exception\n"
         );
-        assert_eq!(crash_summary(&with_runtime_panic).as_deref(), Some("KeyError: 'x'"));
+        assert_eq!(
+            crash_summary(&with_runtime_panic).as_deref(),
+            Some("KeyError: 'x'")
+        );
         let chained = "Traceback (most recent call last):\n  File \"a\"\nOSError: first\n\nDuring handling of the above exception, another exception occurred:\n\nTraceback (most recent call last):\n  File \"b\"\nwarden.Failed: second\n";
-        assert_eq!(crash_summary(chained).as_deref(), Some("warden.Failed: second"));
+        assert_eq!(
+            crash_summary(chained).as_deref(),
+            Some("warden.Failed: second")
+        );
     }
 
     #[test]

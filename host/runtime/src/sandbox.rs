@@ -71,7 +71,10 @@ impl GuestState {
         let Some(observer) = &self.observer else {
             return;
         };
-        for (stream, text) in [("stdout", self.output.stdout()), ("stderr", self.output.stderr())] {
+        for (stream, text) in [
+            ("stdout", self.output.stdout()),
+            ("stderr", self.output.stderr()),
+        ] {
             if !text.is_empty() {
                 observer.guest_output(&self.plugin, stream, text);
             }

@@ -25,7 +25,11 @@ pub fn build(project: &Project, dir: &Path, out: &Path, toolchains: &Path) -> Re
                 Kind::Tool => "tool-plugin",
                 Kind::Hook => "hook-plugin",
             };
-            eprintln!("warden: componentize-py {} → {}", toolchain::COMPONENTIZE_PY, out.display());
+            eprintln!(
+                "warden: componentize-py {} → {}",
+                toolchain::COMPONENTIZE_PY,
+                out.display()
+            );
             run(
                 Command::new(&tool)
                     .args(["-d", "wit", "-w", world, "componentize", "app", "-o"])
@@ -40,7 +44,11 @@ pub fn build(project: &Project, dir: &Path, out: &Path, toolchains: &Path) -> Re
                 Kind::Tool => "tool-plugin-js",
                 Kind::Hook => "hook-plugin-js",
             };
-            eprintln!("warden: componentize-js {} → {}", toolchain::COMPONENTIZE_JS, out.display());
+            eprintln!(
+                "warden: componentize-js {} → {}",
+                toolchain::COMPONENTIZE_JS,
+                out.display()
+            );
             run(
                 Command::new(&tool)
                     .args(["app.js", "--wit", "wit", "--world-name", world, "--out"])
@@ -77,23 +85,33 @@ fn run(cmd: &mut Command, what: &str) -> Result<()> {
 fn rust(project: &Project, dir: &Path, out: &Path) -> Result<()> {
     toolchain::rust_target(dir)?;
     let cargo = std::env::var("WARDEN_CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!("warden: cargo build --release --target {}", toolchain::RUST_TARGET);
+    eprintln!(
+        "warden: cargo build --release --target {}",
+        toolchain::RUST_TARGET
+    );
     let output = Command::new(&cargo)
         .args(["build", "--release", "--target", toolchain::RUST_TARGET])
         .arg("--message-format=json-render-diagnostics")
         .current_dir(dir)
         .stderr(Stdio::inherit())
         .output()
-        .map_err(|e| anyhow::anyhow!("cannot run cargo: {e}; install Rust with rustup (https://rustup.rs)"))?;
+        .map_err(|e| {
+            anyhow::anyhow!("cannot run cargo: {e}; install Rust with rustup (https://rustup.rs)")
+        })?;
     if !output.status.success() {
-        bail!("cargo build failed ({}); see the errors above", output.status);
+        bail!(
+            "cargo build failed ({}); see the errors above",
+            output.status
+        );
     }
     // Cargo names the artifact; this finds it whatever CARGO_TARGET_DIR says.
     let crate_name = project.name.replace('-', "_");
     let wasm = String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == crate_name.as_str())
+        .filter(|m| {
+            m["reason"] == "compiler-artifact" && m["target"]["name"] == crate_name.as_str()
+        })
         .flat_map(|m| {
             m["filenames"]
                 .as_array()
@@ -109,6 +127,7 @@ fn rust(project: &Project, dir: &Path, out: &Path) -> Result<()> {
             project.name
         );
     };
-    std::fs::copy(&wasm, out).with_context(|| format!("cannot copy {wasm} to {}", out.display()))?;
+    std::fs::copy(&wasm, out)
+        .with_context(|| format!("cannot copy {wasm} to {}", out.display()))?;
     Ok(())
 }

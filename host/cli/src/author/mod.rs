@@ -116,7 +116,10 @@ pub fn new(args: NewArgs) -> Result<ExitCode> {
     if let Some(why) = bad_name(&args.name) {
         bail!("{why}");
     }
-    let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from(&args.name));
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&args.name));
     if dir.exists()
         && std::fs::read_dir(&dir)
             .map(|mut d| d.next().is_some())
@@ -142,11 +145,19 @@ pub fn new(args: NewArgs) -> Result<ExitCode> {
         Kind::Tool => " --dir .:ro --env WARDEN_EXAMPLE_LABEL",
         Kind::Hook => "",
     };
-    say!("created {} ({:?} {what}) in {}", args.name, args.lang, dir.display());
+    say!(
+        "created {} ({:?} {what}) in {}",
+        args.name,
+        args.lang,
+        dir.display()
+    );
     say!("next:");
     say!("  cd {}", dir.display());
     say!("  {test}                  # its own tests, natively");
-    say!("  warden plugin build          # → build/{}.wasm", args.name);
+    say!(
+        "  warden plugin build          # → build/{}.wasm",
+        args.name
+    );
     say!("  warden plugin add .{grants}");
     Ok(ExitCode::SUCCESS)
 }
@@ -258,7 +269,11 @@ mod tests {
                 for file in template::files(lang, kind) {
                     let text = template::render(file.text, "demo", "demo", "");
                     for p in ["{{name}}", "{{tool_id}}", "{{sdk_features}}"] {
-                        assert!(!text.contains(p), "{lang:?} {kind:?} {} keeps {p}", file.path);
+                        assert!(
+                            !text.contains(p),
+                            "{lang:?} {kind:?} {} keeps {p}",
+                            file.path
+                        );
                     }
                 }
             }

@@ -60,7 +60,10 @@ const RUST_SDK: &[File] = &[
 
 /// The JavaScript layer's worlds and the WASI interfaces they import.
 const JS_WIT: &[File] = &[
-    f("wit/js.wit", include_str!("../../../../plugins/sdk-js/wit/js.wit")),
+    f(
+        "wit/js.wit",
+        include_str!("../../../../plugins/sdk-js/wit/js.wit"),
+    ),
     f(
         "wit/deps/io/package.wit",
         include_str!("../../../../plugins/sdk-js/wit/deps/io/package.wit"),
@@ -113,13 +116,19 @@ pub fn files(lang: Lang, kind: Kind) -> Vec<File> {
                 include_str!("../../../../plugins/sdk-python/warden.py"),
             ));
             if tool {
-                out.push(f("app.py", include_str!("../../templates/python/tool_app.py")));
+                out.push(f(
+                    "app.py",
+                    include_str!("../../templates/python/tool_app.py"),
+                ));
                 out.push(f(
                     "test_app.py",
                     include_str!("../../templates/python/tool_test.py"),
                 ));
             } else {
-                out.push(f("app.py", include_str!("../../templates/python/hook_app.py")));
+                out.push(f(
+                    "app.py",
+                    include_str!("../../templates/python/hook_app.py"),
+                ));
                 out.push(f(
                     "test_app.py",
                     include_str!("../../templates/python/hook_test.py"),
@@ -135,14 +144,20 @@ pub fn files(lang: Lang, kind: Kind) -> Vec<File> {
             out.push(f("package.json", JS_PACKAGE));
             if tool {
                 out.push(f("app.js", include_str!("../../templates/js/tool_app.js")));
-                out.push(f("logic.js", include_str!("../../templates/js/tool_logic.js")));
+                out.push(f(
+                    "logic.js",
+                    include_str!("../../templates/js/tool_logic.js"),
+                ));
                 out.push(f(
                     "logic.test.js",
                     include_str!("../../templates/js/tool_test.js"),
                 ));
             } else {
                 out.push(f("app.js", include_str!("../../templates/js/hook_app.js")));
-                out.push(f("logic.js", include_str!("../../templates/js/hook_logic.js")));
+                out.push(f(
+                    "logic.js",
+                    include_str!("../../templates/js/hook_logic.js"),
+                ));
                 out.push(f(
                     "logic.test.js",
                     include_str!("../../templates/js/hook_test.js"),

@@ -61,7 +61,10 @@ fn install_once(dir: &Path, label: &str, install: impl FnOnce(&Path) -> Result<(
         std::fs::remove_dir_all(dir)
             .with_context(|| format!("cannot clear the unfinished install {}", dir.display()))?;
     }
-    eprintln!("warden: installing {label} into {} (once; later builds reuse it)", dir.display());
+    eprintln!(
+        "warden: installing {label} into {} (once; later builds reuse it)",
+        dir.display()
+    );
     install(dir)?;
     std::fs::write(&marker, label).with_context(|| format!("cannot write {}", marker.display()))?;
     eprintln!("warden: installed {label}");
@@ -71,39 +74,64 @@ fn install_once(dir: &Path, label: &str, install: impl FnOnce(&Path) -> Result<(
 /// The `componentize-py` executable, installed from PyPI when missing.
 pub fn componentize_py(root: &Path) -> Result<PathBuf> {
     let dir = root.join(format!("componentize-py-{COMPONENTIZE_PY}"));
-    install_once(&dir, &format!("componentize-py {COMPONENTIZE_PY} (PyPI)"), |dir| {
-        let python = std::env::var("WARDEN_PYTHON").unwrap_or_else(|_| "python3".into());
-        run(
-            Command::new(&python).arg("-m").arg("venv").arg(dir),
-            "create a Python venv for componentize-py",
-            "install Python 3 (with its venv module), or set WARDEN_PYTHON to one",
-        )?;
-        run(
-            Command::new(dir.join("bin").join("pip"))
-                .args(["install", "--disable-pip-version-check", "--progress-bar", "off"])
-                .arg(format!("componentize-py=={COMPONENTIZE_PY}")),
-            &format!("pip install componentize-py=={COMPONENTIZE_PY}"),
-            "check that PyPI is reachable",
-        )
-    })?;
+    install_once(
+        &dir,
+        &format!("componentize-py {COMPONENTIZE_PY} (PyPI)"),
+        |dir| {
+            let python = std::env::var("WARDEN_PYTHON").unwrap_or_else(|_| "python3".into());
+            run(
+                Command::new(&python).arg("-m").arg("venv").arg(dir),
+                "create a Python venv for componentize-py",
+                "install Python 3 (with its venv module), or set WARDEN_PYTHON to one",
+            )?;
+            run(
+                Command::new(dir.join("bin").join("pip"))
+                    .args([
+                        "install",
+                        "--disable-pip-version-check",
+                        "--progress-bar",
+                        "off",
+                    ])
+                    .arg(format!("componentize-py=={COMPONENTIZE_PY}")),
+                &format!("pip install componentize-py=={COMPONENTIZE_PY}"),
+                "check that PyPI is reachable",
+            )
+        },
+    )?;
     Ok(dir.join("bin").join("componentize-py"))
 }
 
 /// The `componentize-js` executable, installed from npm when missing.
 pub fn componentize_js(root: &Path) -> Result<PathBuf> {
     let dir = root.join(format!("componentize-js-{COMPONENTIZE_JS}"));
-    install_once(&dir, &format!("componentize-js {COMPONENTIZE_JS} (npm)"), |dir| {
-        std::fs::create_dir_all(dir)?;
-        run(
-            Command::new("npm")
-                .args(["install", "--no-audit", "--no-fund", "--loglevel", "http", "--prefix"])
-                .arg(dir)
-                .arg(format!("@bytecodealliance/componentize-js@{COMPONENTIZE_JS}")),
-            &format!("npm install @bytecodealliance/componentize-js@{COMPONENTIZE_JS}"),
-            "install Node.js 18 or later (with npm) and check that the npm registry is reachable",
-        )
-    })?;
-    Ok(dir.join("node_modules").join(".bin").join("componentize-js"))
+    install_once(
+        &dir,
+        &format!("componentize-js {COMPONENTIZE_JS} (npm)"),
+        |dir| {
+            std::fs::create_dir_all(dir)?;
+            run(
+                Command::new("npm")
+                    .args([
+                        "install",
+                        "--no-audit",
+                        "--no-fund",
+                        "--loglevel",
+                        "http",
+                        "--prefix",
+                    ])
+                    .arg(dir)
+                    .arg(format!(
+                        "@bytecodealliance/componentize-js@{COMPONENTIZE_JS}"
+                    )),
+                &format!("npm install @bytecodealliance/componentize-js@{COMPONENTIZE_JS}"),
+                "install Node.js 18 or later (with npm) and check that the npm registry is reachable",
+            )
+        },
+    )?;
+    Ok(dir
+        .join("node_modules")
+        .join(".bin")
+        .join("componentize-js"))
 }
 
 /// Make sure the toolchain that builds `project` has the wasm target,
@@ -113,7 +141,9 @@ pub fn rust_target(project: &Path) -> Result<()> {
         .args(["--print", "sysroot"])
         .current_dir(project)
         .output()
-        .map_err(|e| anyhow::anyhow!("cannot run rustc: {e}; install Rust with rustup (https://rustup.rs)"))?;
+        .map_err(|e| {
+            anyhow::anyhow!("cannot run rustc: {e}; install Rust with rustup (https://rustup.rs)")
+        })?;
     if !sysroot.status.success() {
         bail!(
             "rustc --print sysroot failed: {}",

@@ -52,10 +52,17 @@ pub async fn languages(work: &Path, n: usize) -> Result<Vec<Row>> {
         .context("no data directory on this platform")?;
     let project_dir = work.join("langs-project");
     std::fs::create_dir_all(&project_dir)?;
-    std::fs::write(project_dir.join("words.txt"), "lorem ipsum dolor\n".repeat(56))?;
+    std::fs::write(
+        project_dir.join("words.txt"),
+        "lorem ipsum dolor\n".repeat(56),
+    )?;
     let mut rows = Vec::new();
     let mut rust_median = None;
-    for (lang, label) in [(Lang::Rust, "Rust"), (Lang::Python, "Python"), (Lang::Js, "JavaScript")] {
+    for (lang, label) in [
+        (Lang::Rust, "Rust"),
+        (Lang::Python, "Python"),
+        (Lang::Js, "JavaScript"),
+    ] {
         let name = format!("bench-{}", label.to_lowercase());
         let dir = work.join(&name);
         author::create(&dir, &name, lang, Kind::Tool)?;
@@ -78,7 +85,11 @@ pub async fn languages(work: &Path, n: usize) -> Result<Vec<Row>> {
         )
         .map_err(|e| anyhow::anyhow!(e))?;
         let host = WasmHost::load(&config, Some(work.join(format!("cache-{name}"))), None).await?;
-        let tool = host.tools().into_iter().next().context("the template's tool")?;
+        let tool = host
+            .tools()
+            .into_iter()
+            .next()
+            .context("the template's tool")?;
         let ctx = CallContext {
             session_id: SessionId("ses_bench".into()),
             message_id: MessageId("msg_bench".into()),
@@ -103,7 +114,11 @@ pub async fn languages(work: &Path, n: usize) -> Result<Vec<Row>> {
         }
         let mut call = row(
             format!("{label} tool call, fresh instance (1 KiB file)"),
-            format!("median {:.2} ms · p99 {:.2} ms", s.median_us / 1000.0, s.p99_us / 1000.0),
+            format!(
+                "median {:.2} ms · p99 {:.2} ms",
+                s.median_us / 1000.0,
+                s.p99_us / 1000.0
+            ),
             json!({"median_us": s.median_us, "p99_us": s.p99_us, "samples": s.samples}),
         );
         if let Some(ratio) = against {
