@@ -63,12 +63,17 @@ impl Project {
                 path.display()
             )
         })?;
-        serde_json::from_str(&text).map_err(|e| {
+        let project: Project = serde_json::from_str(&text).map_err(|e| {
             anyhow::anyhow!(
                 "{}: {e}; expected {{\"name\": \"…\", \"lang\": \"rust|python|js\", \"kind\": \"tool|hook\"}}",
                 path.display()
             )
-        })
+        })?;
+        // The name becomes a file name (build/NAME.wasm) and a plugin name.
+        if let Some(why) = bad_name(&project.name) {
+            bail!("{}: {why}", path.display());
+        }
+        Ok(project)
     }
 
     /// Where `plugin build` writes the component.
@@ -260,6 +265,18 @@ mod tests {
         assert!(bad_name("2count").is_some());
         assert!(bad_name("").is_some());
         assert!(bad_name("a/b").is_some());
+    }
+
+    #[test]
+    fn a_manifest_name_cannot_leave_the_project() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(MANIFEST),
+            r#"{"name": "../../x", "lang": "python", "kind": "tool"}"#,
+        )
+        .unwrap();
+        let err = Project::load(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("cannot be a plugin name"), "{err}");
     }
 
     #[test]
