@@ -11,6 +11,7 @@ macro_rules! say {
 }
 
 mod app;
+mod author;
 mod bench;
 mod demo;
 mod plugin_cmd;

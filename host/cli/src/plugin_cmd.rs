@@ -22,15 +22,19 @@ pub enum PluginCommand {
     Inspect { name: String },
     /// Load every plugin (integrity, contract, self-description) and report.
     Verify,
-    /// Install a component into the plugins directory with its grants, pinned by sha256.
+    /// Install a component (.wasm) or a plugin project folder (built first) with its grants, pinned by sha256.
     Add(AddArgs),
+    /// Create a plugin project (tool or hook) in Rust, Python or JavaScript.
+    New(crate::author::NewArgs),
+    /// Build a plugin project to a component, installing its toolchain when missing.
+    Build(crate::author::BuildArgs),
 }
 
 #[derive(clap::Args)]
 pub struct AddArgs {
-    /// The component (.wasm) to install.
+    /// The component (.wasm) to install, or a plugin project folder (`warden plugin new`).
     pub path: std::path::PathBuf,
-    /// Its name (default: the file name without extension).
+    /// Its name (default: the project's name, or the file name without extension).
     #[arg(long)]
     pub name: Option<String>,
     /// Grant a directory: PATH, PATH:ro or PATH:rw (`.` is the session's working directory). Repeatable.
@@ -70,12 +74,12 @@ async fn add(
     data_dir: &std::path::Path,
 ) -> Result<ExitCode> {
     use warden_core::config::{DirGrant, DirMode, Grants, PluginConfig};
-    let bytes = std::fs::read(&args.path)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.path.display()))?;
-    let name = match &args.name {
-        Some(n) => n.clone(),
-        None => args
-            .path
+    let (path, project_name) = crate::author::component_of(&args.path, data_dir)?;
+    let bytes =
+        std::fs::read(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let name = match args.name.clone().or(project_name) {
+        Some(n) => n,
+        None => path
             .file_stem()
             .map(|s| s.to_string_lossy().replace(['.', ' '], "-"))
             .unwrap_or_else(|| "plugin".into()),
@@ -116,6 +120,12 @@ async fn add(
         tools: tools.clone(),
         fail_open: args.fail_open,
     }];
+    // Compiling here, into the cache sessions load from, means no session pays for it.
+    let started = std::time::Instant::now();
+    eprintln!(
+        "warden: compiling {name} ({:.1} MB) for this machine",
+        bytes.len() as f64 / 1e6
+    );
     let host = WasmHost::load(
         &trial,
         Some(data_dir.join("cache").join("components")),
@@ -124,6 +134,16 @@ async fn add(
     .await;
     let _ = std::fs::remove_file(&staged);
     let host = host?;
+    let stats = host.compile_stats();
+    eprintln!(
+        "warden: {} in {:.1} s",
+        if stats.compiled > 0 {
+            "compiled and cached"
+        } else {
+            "already compiled (cache)"
+        },
+        started.elapsed().as_secs_f64()
+    );
     let manifest = warden_runtime::plugin_dir::Manifest {
         sha256: None,
         grants,
@@ -229,6 +249,11 @@ pub fn describe(p: &LoadedPlugin) -> Value {
 pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> {
     let cwd = std::env::current_dir()?;
     let data_dir = app::data_dir(&common)?;
+    let command = match command {
+        PluginCommand::New(args) => return crate::author::new(args),
+        PluginCommand::Build(args) => return crate::author::build(args, &data_dir),
+        other => other,
+    };
     let (config, config_path) = app::config(&common, &cwd)?;
     let command = match command {
         PluginCommand::Add(args) => return add(args, &config, &data_dir).await,
@@ -237,6 +262,8 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
     let loaded = app::load_host(&config, &data_dir).await;
     match command {
         PluginCommand::Add(args) => add(args, &config, &data_dir).await,
+        PluginCommand::New(args) => crate::author::new(args),
+        PluginCommand::Build(args) => crate::author::build(args, &data_dir),
         PluginCommand::Verify => match loaded {
             Ok(host) => {
                 for p in host.plugins() {

@@ -15,6 +15,7 @@ pub mod cache;
 pub mod engine;
 pub mod error;
 mod fs_gate;
+pub mod guest_output;
 pub mod host;
 mod host_calls;
 pub mod net;

@@ -14,15 +14,13 @@ use warden_core::config::{DirMode, Grants};
 use warden_core::tool::{CallObserver, GuestError};
 use wasmtime::component::{Component, HasData, Linker, ResourceTable};
 use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::budget::{self, Meter};
+use crate::guest_output::{self, GuestOutput};
 use crate::net::{HostPattern, HttpGate};
 
-/// What a guest may print before its writes start failing.
-const STDIO_CAP: usize = 64 * 1024;
 /// How long a guest call runs before it starts yielding at every epoch tick.
 const RUN_BEFORE_YIELDING: Duration = Duration::from_millis(10);
 
@@ -35,7 +33,7 @@ pub struct GuestState {
     limits: StoreLimits,
     pub(crate) observer: Option<Arc<dyn CallObserver>>,
     pub(crate) plugin: Arc<str>,
-    stderr: MemoryOutputPipe,
+    output: GuestOutput,
     /// What the host interface has used of the call's budget.
     pub(crate) meter: Meter,
     /// warden's own files, refused through every grant.
@@ -64,11 +62,24 @@ impl WasiHttpView for GuestState {
 }
 
 impl GuestState {
-    /// What the guest wrote to stderr (a Rust panic message lands here).
+    /// What the guest wrote to stderr (a panic or a traceback lands here).
     pub fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.contents())
-            .trim()
-            .to_string()
+        self.output.stderr()
+    }
+
+    /// Hand what the guest printed to the call's observer (the audit trail).
+    fn report_output(&self) {
+        let Some(observer) = &self.observer else {
+            return;
+        };
+        for (stream, text) in [
+            ("stdout", self.output.stdout()),
+            ("stderr", self.output.stderr()),
+        ] {
+            if !text.is_empty() {
+                observer.guest_output(&self.plugin, stream, text);
+            }
+        }
     }
 
     /// Why the file-system gate refused paths during the call.
@@ -316,9 +327,7 @@ pub fn store(
                 message: format!("cannot open the granted directory {}: {e}", host.display()),
             })?;
     }
-    let stderr = MemoryOutputPipe::new(STDIO_CAP);
-    b.stdout(MemoryOutputPipe::new(STDIO_CAP));
-    b.stderr(stderr.clone());
+    let output = GuestOutput::attach(&mut b);
 
     // One budget for every host-side object the guest can make: the table
     // holds them all; HTTP header collections are capped each (see budget).
@@ -345,7 +354,7 @@ pub fn store(
             .build(),
         observer,
         plugin: plugin.clone(),
-        stderr,
+        output,
         meter: Meter::default(),
         protected: protected.clone(),
         fs_refusals: Vec::new(),
@@ -428,20 +437,6 @@ pub fn resolve_dir(
     Ok(canonical)
 }
 
-/// A Rust guest's panic as it printed it to stderr, in one line:
-/// `panicked at src/lib.rs:10:5: the message`.
-fn panic_message(stderr: &str) -> Option<String> {
-    let mut lines = stderr.lines().skip_while(|l| !l.contains("panicked at"));
-    let first = lines.next()?;
-    let at = first.find("panicked at")?;
-    let mut out = first[at..].trim_end().to_string();
-    for line in lines.take_while(|l| !l.starts_with("note:")).take(5) {
-        out.push(' ');
-        out.push_str(line.trim());
-    }
-    Some(out.chars().take(1000).collect())
-}
-
 /// Run `call` on a store within its time limit; a trap or a timeout becomes
 /// the error that names the guest and the cause. Every guest call, the
 /// self-description included, goes through here.
@@ -451,14 +446,16 @@ pub async fn run<T>(
     guest: &str,
     call: impl AsyncFnOnce(&mut Store<GuestState>) -> wasmtime::Result<T>,
 ) -> Result<T, GuestError> {
-    match tokio::time::timeout(limits.timeout, call(store)).await {
+    let result = match tokio::time::timeout(limits.timeout, call(store)).await {
         Err(_) => Err(GuestError::Timeout {
             guest: guest.to_string(),
             limit_ms: limits.timeout.as_millis() as u64,
         }),
         Ok(Err(e)) => Err(classify(e, guest, limits, &store.data().stderr())),
         Ok(Ok(v)) => Ok(v),
-    }
+    };
+    store.data().report_output();
+    result
 }
 
 /// Turn a wasmtime failure into what the model and the operator are told,
@@ -507,8 +504,12 @@ pub fn classify(err: wasmtime::Error, guest: &str, limits: &Limits, stderr: &str
         Some(t) => t.to_string(),
         None => root,
     };
-    if let Some(panic) = panic_message(stderr) {
-        message = format!("{panic} ({message})");
+    if let Some(why) = guest_output::crash_summary(stderr) {
+        message = format!("{why} ({message})");
+    }
+    if !stderr.is_empty() {
+        // The whole of it for the operator; the model gets the one line above.
+        tracing::warn!(guest, stderr, "guest crashed: {message}");
     }
     GuestError::Trap {
         guest: guest.to_string(),

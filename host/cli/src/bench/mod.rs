@@ -3,6 +3,7 @@
 //! baseline taken in the same process. It prints one table and writes it as
 //! JSON. Nothing here is asserted: a regression is something a reader sees.
 
+mod languages;
 mod mock;
 mod parts;
 mod stats;
@@ -28,7 +29,7 @@ pub struct BenchArgs {
     /// Also write the table as Markdown here.
     #[arg(long)]
     pub markdown: Option<PathBuf>,
-    /// Run only these parts (comma-separated: p1, p2, rss, p3, p4, ingest), e.g. under a profiler.
+    /// Run only these parts (comma-separated: p1, p2, rss, p3, p4, ingest, langs), e.g. under a profiler.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Keep the scratch directory (ledgers, cassettes, cache) to inspect it afterwards.
@@ -134,6 +135,10 @@ async fn run_all(args: &BenchArgs, work: &Path) -> Result<Vec<Row>> {
     if want("ingest") {
         eprintln!("bench: streaming ingest…");
         rows.extend(parts::ingest(work, if q { 2000 } else { 10_000 }).await?);
+    }
+    if want("langs") {
+        eprintln!("bench: a tool per guest language (Rust, Python, JavaScript)…");
+        rows.extend(languages::languages(work, if q { 50 } else { 300 }).await?);
     }
     Ok(rows)
 }

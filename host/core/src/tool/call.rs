@@ -762,6 +762,20 @@ impl CallObserver for Observer {
         Ok(())
     }
 
+    fn guest_output(&self, plugin: &str, stream: &str, text: String) {
+        audit_ctx(
+            &self.env,
+            &self.ctx,
+            stream,
+            &format!("plugin:{plugin}"),
+            None,
+            "printed",
+            None,
+            None,
+            &text,
+        );
+    }
+
     async fn ask(
         &self,
         permission: String,

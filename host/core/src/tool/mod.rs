@@ -175,6 +175,10 @@ pub trait CallObserver: Send + Sync {
         let _ = url;
         Ok(())
     }
+
+    /// What guest `plugin` printed on `stream` (`stdout` or `stderr`) during
+    /// the call, already capped; kept with the call for `warden trace`.
+    fn guest_output(&self, _plugin: &str, _stream: &str, _text: String) {}
 }
 
 /// Runs guests. Implemented by the plugin runtime.
