@@ -74,7 +74,8 @@ async fn add(
     data_dir: &std::path::Path,
 ) -> Result<ExitCode> {
     use warden_core::config::{DirGrant, DirMode, Grants, PluginConfig};
-    let (path, project_name) = crate::author::component_of(&args.path, data_dir)?;
+    let (path, project) = crate::author::component_of(&args.path, data_dir)?;
+    let project_name = project.as_ref().map(|p| p.name.clone());
     let bytes =
         std::fs::read(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     let name = match args.name.clone().or(project_name) {
@@ -107,7 +108,9 @@ async fn add(
     if let Some(o) = args.max_output_kb {
         grants.max_output_kb = o;
     }
-    let tools = tool_mappings(&args.tools).map_err(|e| anyhow::anyhow!(e))?;
+    // The project's own mappings, then the flags over them.
+    let mut tools = project.map(|p| p.tools).unwrap_or_default();
+    tools.extend(tool_mappings(&args.tools).map_err(|e| anyhow::anyhow!(e))?);
     // Load it once exactly as it will run (integrity, contract, self-description).
     let staged = tempfile_path(&bytes)?;
     let mut trial = config.clone();

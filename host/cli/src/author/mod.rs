@@ -3,19 +3,22 @@
 //! (the project to a component, installing its pinned toolchain on first
 //! use). `warden plugin add DIR` builds through [`component_of`].
 //!
-//! A project is a folder with `warden-plugin.json` (`name`, `lang`, `kind`);
-//! its component is `build/NAME.wasm`.
+//! A project is a folder with `warden-plugin.json` (`name`, `lang`, `kind`,
+//! and for a tool plugin how the permission rules see each tool); its
+//! component is `build/NAME.wasm`.
 
 mod builder;
 mod template;
 pub mod toolchain;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
+use warden_core::config::ToolSettings;
 
 /// The file that marks a folder as a warden plugin project.
 pub const MANIFEST: &str = "warden-plugin.json";
@@ -50,6 +53,12 @@ pub struct Project {
     pub name: String,
     pub lang: Lang,
     pub kind: Kind,
+    /// How the rules see each tool (its permission and which argument is its
+    /// path or URL), installed with it by `plugin add DIR`; `--tool` flags
+    /// override an entry. A tool left out is asked about when its plugin can
+    /// reach files or hosts.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: BTreeMap<String, ToolSettings>,
 }
 
 impl Project {
@@ -173,10 +182,24 @@ pub fn create(dir: &Path, name: &str, lang: Lang, kind: Kind) -> Result<()> {
         Kind::Tool => "",
         Kind::Hook => ", default-features = false, features = [\"hook\"]",
     };
+    // The example tool reads the file named by its `path` argument, so the
+    // rules see it as a `read` of that path (`read: {"*.env": "deny"}` holds).
+    let tools = match kind {
+        Kind::Tool => BTreeMap::from([(
+            name.to_string(),
+            ToolSettings {
+                permission: Some("read".into()),
+                path_arg: Some("path".into()),
+                url_arg: None,
+            },
+        )]),
+        Kind::Hook => BTreeMap::new(),
+    };
     let project = Project {
         name: name.to_string(),
         lang,
         kind,
+        tools,
     };
     for file in template::files(lang, kind) {
         let path = dir.join(file.path);
@@ -209,9 +232,10 @@ pub fn build_dir(dir: &Path, data_dir: &Path) -> Result<PathBuf> {
     Ok(out)
 }
 
-/// For `plugin add`: the component of `path` and its default name. A
-/// project folder is built first; a file is taken as it is.
-pub fn component_of(path: &Path, data_dir: &Path) -> Result<(PathBuf, Option<String>)> {
+/// For `plugin add`: the component of `path`, and the project it was built
+/// from (its name and tool mappings). A project folder is built first; a
+/// file is taken as it is.
+pub fn component_of(path: &Path, data_dir: &Path) -> Result<(PathBuf, Option<Project>)> {
     if !path.is_dir() {
         return Ok((path.to_path_buf(), None));
     }
@@ -219,11 +243,11 @@ pub fn component_of(path: &Path, data_dir: &Path) -> Result<(PathBuf, Option<Str
     let out = project.component(path);
     if up_to_date(path, &out) {
         eprintln!("warden: {} is up to date", out.display());
-        return Ok((out, Some(project.name)));
+        return Ok((out, Some(project)));
     }
     eprintln!("warden: building {} ({})", project.name, path.display());
     let out = build_dir(path, data_dir)?;
-    Ok((out, Some(project.name)))
+    Ok((out, Some(project)))
 }
 
 /// Whether `out` exists and is newer than every source file of the project.
