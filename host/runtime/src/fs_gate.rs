@@ -124,7 +124,6 @@ pub fn add_to_linker(l: &mut Linker<GuestState>) -> wasmtime::Result<()> {
             })
         },
     )?;
-    drop(i);
     l.allow_shadowing(false);
     Ok(())
 }
