@@ -5,6 +5,7 @@
 //! only the environment the config names.
 
 use serde_json::{Value, json};
+use warden_protocol::ToolState;
 
 use super::{audit_rows, deps, row};
 use crate::common::*;
