@@ -123,15 +123,16 @@ impl McpServerConfig {
     /// How long one call may take.
     pub fn timeout_ms(&self) -> u64 {
         match self {
-            McpServerConfig::Local { timeout_ms, .. } | McpServerConfig::Remote { timeout_ms, .. } => {
-                timeout_ms.unwrap_or(60_000)
-            }
+            McpServerConfig::Local { timeout_ms, .. }
+            | McpServerConfig::Remote { timeout_ms, .. } => timeout_ms.unwrap_or(60_000),
         }
     }
 
     fn check(&self) -> Result<(), String> {
         match self {
-            McpServerConfig::Local { command, .. } if command.is_empty() || command[0].is_empty() => {
+            McpServerConfig::Local { command, .. }
+                if command.is_empty() || command[0].is_empty() =>
+            {
                 Err("command must name a program, e.g. [\"node\", \"server.js\"]".into())
             }
             McpServerConfig::Remote { url, .. }
@@ -361,11 +362,7 @@ impl Config {
         }
         for (name, server) in &config.mcp {
             // The name prefixes its tools (`NAME_TOOL`) and rules are written against it.
-            if name.is_empty()
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-')
-            {
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
                 return Err(format!(
                     "mcp.{name}: a server's name may have only letters, digits and `-` (it prefixes its tools as NAME_TOOL)"
                 ));

@@ -105,22 +105,27 @@ pub fn router(core: Core, options: ServerOptions) -> Router {
         .split_for_parts();
     let doc = Arc::new(doc);
     // MCP clients (streamable HTTP): warden's tools, each call checked like a session's.
-    let mcp = warden_mcp::http_service(state.core.clone(), state.options.directory.clone(), state.options.token.is_some());
-    api.nest_service("/mcp", mcp).route(
-        "/doc",
-        axum::routing::get(move || async move { Json(doc.as_ref().clone()) }),
-    )
-    .fallback(|| async { ApiError::not_found("no such endpoint; GET /doc lists them") })
-    .method_not_allowed_fallback(|| async {
-        ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            "this endpoint does not take that method; GET /doc lists them",
+    let mcp = warden_mcp::http_service(
+        state.core.clone(),
+        state.options.directory.clone(),
+        state.options.token.is_some(),
+    );
+    api.nest_service("/mcp", mcp)
+        .route(
+            "/doc",
+            axum::routing::get(move || async move { Json(doc.as_ref().clone()) }),
         )
-    })
-    .layer(DefaultBodyLimit::max(body_limit))
-    .layer(middleware::from_fn_with_state(state.clone(), authenticate))
-    .with_state(state)
+        .fallback(|| async { ApiError::not_found("no such endpoint; GET /doc lists them") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this endpoint does not take that method; GET /doc lists them",
+            )
+        })
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .with_state(state)
 }
 
 /// Refuse requests without the token, when one is set; without one, refuse

@@ -28,10 +28,9 @@ fn run(cmd: &mut Command, what: &str, needs: &str) {
 /// `npm install PACKAGE@VERSION` into a folder of its own; returns the folder.
 pub fn npm(package: &str, version: &str) -> PathBuf {
     let _one = INSTALLING.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = cache().join("npm").join(format!(
-        "{}@{version}",
-        package.replace('/', "+")
-    ));
+    let dir = cache()
+        .join("npm")
+        .join(format!("{}@{version}", package.replace('/', "+")));
     let done = dir.join(".installed");
     if !done.exists() {
         std::fs::create_dir_all(&dir).unwrap();

@@ -51,7 +51,13 @@ fn an_mcp_tool_is_asked_about_first_and_refused_with_nobody_to_ask() {
     // The ask was the only thing that happened: no tool row, the server was never called.
     assert_eq!(
         audit_rows(&ledger.audit_trail(&session).unwrap()),
-        vec![row("call_1", "ask", "everything_echo", "asked:reject", "refused")]
+        vec![row(
+            "call_1",
+            "ask",
+            "everything_echo",
+            "asked:reject",
+            "refused"
+        )]
     );
 }
 
@@ -86,7 +92,13 @@ fn an_allowed_mcp_tool_runs_with_only_the_named_environment() {
         vec![
             row("call_1", "permission", "everything_echo", "allowed", "ok"),
             row("call_1", "tool", "everything_echo", "ran", "ok"),
-            row("call_2", "permission", "everything_get-env", "allowed", "ok"),
+            row(
+                "call_2",
+                "permission",
+                "everything_get-env",
+                "allowed",
+                "ok"
+            ),
             row("call_2", "tool", "everything_get-env", "ran", "ok"),
         ]
     );
@@ -114,7 +126,10 @@ fn plugin_list_says_an_mcp_server_is_not_sandboxed() {
         .lines()
         .find(|l| l.starts_with("mcp:everything"))
         .unwrap_or_else(|| panic!("no MCP line in:\n{text}"));
-    assert!(line.starts_with("mcp:everything (MCP server)  local command `node "), "{line}");
+    assert!(
+        line.starts_with("mcp:everything (MCP server)  local command `node "),
+        "{line}"
+    );
     assert!(line.contains("env [GREETING]"), "{line}");
     assert!(
         line.contains("NOT sandboxed by warden: it runs with your user's rights, outside every grant; its tools everything_* ask before each call unless a rule allows them"),

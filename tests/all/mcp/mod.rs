@@ -5,6 +5,7 @@
 mod deps;
 mod in_session;
 mod opencode;
+mod remote;
 mod server_python;
 mod server_rmcp;
 
@@ -27,7 +28,13 @@ pub fn audit_rows(trail: &[AuditEntry]) -> Vec<(String, String, String, String, 
 }
 
 /// A row, for comparing with [`audit_rows`].
-pub fn row(call: &str, stage: &str, subject: &str, decision: &str, outcome: &str) -> (String, String, String, String, String) {
+pub fn row(
+    call: &str,
+    stage: &str,
+    subject: &str,
+    decision: &str,
+    outcome: &str,
+) -> (String, String, String, String, String) {
     (
         call.into(),
         stage.into(),

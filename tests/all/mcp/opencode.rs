@@ -94,7 +94,11 @@ fn start_model() -> Model {
 
 /// One turn calling `warden_read` twice: notes.txt, then secret.env.
 fn two_reads() -> Vec<u8> {
-    let first = sse_body(chat_tool_call("call_a", "warden_read", &json!({"filePath": "notes.txt"})));
+    let first = sse_body(chat_tool_call(
+        "call_a",
+        "warden_read",
+        &json!({"filePath": "notes.txt"}),
+    ));
     let first = String::from_utf8(first).unwrap();
     // The second call is the same stream shape at tool index 1; the first
     // stream's finish, usage and [DONE] are dropped so both share one turn.
@@ -182,7 +186,9 @@ fn opencode_calls_a_warden_plugin_over_mcp_and_warden_rules_hold() {
                 .as_array()
                 .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"))
         })
-        .unwrap_or_else(|| panic!("the model never saw a tool result; requests: {seen:#?}\n{stdout}"));
+        .unwrap_or_else(|| {
+            panic!("the model never saw a tool result; requests: {seen:#?}\n{stdout}")
+        });
     let results: Vec<(String, String)> = answered["messages"]
         .as_array()
         .unwrap()
@@ -193,7 +199,10 @@ fn opencode_calls_a_warden_plugin_over_mcp_and_warden_rules_hold() {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            (m["tool_call_id"].as_str().unwrap_or("").to_string(), content)
+            (
+                m["tool_call_id"].as_str().unwrap_or("").to_string(),
+                content,
+            )
         })
         .collect();
     assert_eq!(results.len(), 2, "{results:?}");
@@ -213,7 +222,11 @@ fn opencode_calls_a_warden_plugin_over_mcp_and_warden_rules_hold() {
     let ledger = env.ledger();
     let sessions = ledger.sessions().unwrap();
     assert_eq!(sessions.len(), 1, "{sessions:?}");
-    assert!(sessions[0].title.starts_with("mcp: opencode"), "{}", sessions[0].title);
+    assert!(
+        sessions[0].title.starts_with("mcp: opencode"),
+        "{}",
+        sessions[0].title
+    );
     let caller = format!("mcp:{}", sessions[0].title.trim_start_matches("mcp: "));
     let mut rows = audit_rows(&ledger.audit_trail(&sessions[0].id).unwrap());
     rows.sort_by(|a, b| a.0.cmp(&b.0));
@@ -234,7 +247,15 @@ fn opencode_calls_a_warden_plugin_over_mcp_and_warden_rules_hold() {
     };
     let strip = |rows: &[(String, String, String, String, String)]| {
         rows.iter()
-            .map(|r| ("".to_string(), r.1.clone(), r.2.clone(), r.3.clone(), r.4.clone()))
+            .map(|r| {
+                (
+                    "".to_string(),
+                    r.1.clone(),
+                    r.2.clone(),
+                    r.3.clone(),
+                    r.4.clone(),
+                )
+            })
             .collect::<Vec<_>>()
     };
     let first_call: Vec<_> = rows.iter().filter(|r| r.0 == "mcp_1").cloned().collect();

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::{audit_rows, deps, row};
 use crate::common::*;
 
-struct Serve(Child);
+pub(super) struct Serve(Child);
 
 impl Drop for Serve {
     fn drop(&mut self) {
@@ -20,7 +20,7 @@ impl Drop for Serve {
 }
 
 /// `warden serve --port 0`, and the address it printed.
-fn serve(env: &Env) -> (Serve, String) {
+pub(super) fn serve(env: &Env) -> (Serve, String) {
     let mut child = env
         .warden(&["serve", "--port", "0"])
         .stdout(Stdio::piped())
@@ -47,7 +47,10 @@ fn the_python_sdk_calls_a_warden_plugin_over_streamable_http() {
     env.file("secret.env", "TOKEN=1\n");
     env.config(serde_json::json!({"permission": {"read": {"*.env": "deny"}}}));
     let (_server, base) = serve(&env);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/mcp/python_client.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/mcp/python_client.py"
+    );
     let out = Command::new("timeout")
         .arg("120")
         .arg(&python)

@@ -76,7 +76,9 @@ fn project(env: &Env) {
     env.file("secret.env", "TOKEN=1\n");
     env.file("ok.txt", "approved\n");
     env.file("no.txt", "refused\n");
-    env.config(json!({"permission": {"read": {"*.env": "deny", "ok.txt": "ask", "no.txt": "ask"}}}));
+    env.config(
+        json!({"permission": {"read": {"*.env": "deny", "ok.txt": "ask", "no.txt": "ask"}}}),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -96,11 +98,17 @@ async fn a_warden_plugin_over_mcp_keeps_warden_rules() {
     assert_eq!(names, BUILTIN_TOOLS);
     let read = &tools[0];
     assert_eq!(read.title.as_deref(), Some("read (read)"));
-    assert_eq!(read.input_schema["properties"]["filePath"]["type"], "string");
+    assert_eq!(
+        read.input_schema["properties"]["filePath"]["type"],
+        "string"
+    );
     assert!(read.output_schema.is_some());
 
     let ok = client
-        .call_tool(CallToolRequestParams::new("read").with_arguments(args(json!({"filePath": "notes.txt"}))))
+        .call_tool(
+            CallToolRequestParams::new("read")
+                .with_arguments(args(json!({"filePath": "notes.txt"}))),
+        )
         .await
         .unwrap();
     assert_eq!(ok.is_error, Some(false), "{}", text(&ok));
@@ -109,7 +117,10 @@ async fn a_warden_plugin_over_mcp_keeps_warden_rules() {
     assert_eq!(structured["output"], Value::String(text(&ok)));
 
     let denied = client
-        .call_tool(CallToolRequestParams::new("read").with_arguments(args(json!({"filePath": "secret.env"}))))
+        .call_tool(
+            CallToolRequestParams::new("read")
+                .with_arguments(args(json!({"filePath": "secret.env"}))),
+        )
         .await
         .unwrap();
     assert_eq!(denied.is_error, Some(true));
@@ -120,7 +131,9 @@ async fn a_warden_plugin_over_mcp_keeps_warden_rules() {
 
     // This client cannot answer questions: an `ask` is a denial that says so.
     let asked = client
-        .call_tool(CallToolRequestParams::new("read").with_arguments(args(json!({"filePath": "ok.txt"}))))
+        .call_tool(
+            CallToolRequestParams::new("read").with_arguments(args(json!({"filePath": "ok.txt"}))),
+        )
         .await
         .unwrap();
     assert_eq!(asked.is_error, Some(true));
@@ -158,14 +171,18 @@ async fn an_ask_becomes_an_elicitation_for_a_client_that_answers() {
     let client = Answering.serve(warden_mcp(&env)).await.unwrap();
 
     let yes = client
-        .call_tool(CallToolRequestParams::new("read").with_arguments(args(json!({"filePath": "ok.txt"}))))
+        .call_tool(
+            CallToolRequestParams::new("read").with_arguments(args(json!({"filePath": "ok.txt"}))),
+        )
         .await
         .unwrap();
     assert_eq!(yes.is_error, Some(false), "{}", text(&yes));
     assert!(text(&yes).contains("approved"));
 
     let no = client
-        .call_tool(CallToolRequestParams::new("read").with_arguments(args(json!({"filePath": "no.txt"}))))
+        .call_tool(
+            CallToolRequestParams::new("read").with_arguments(args(json!({"filePath": "no.txt"}))),
+        )
         .await
         .unwrap();
     assert_eq!(no.is_error, Some(true));

@@ -112,9 +112,18 @@ fn tool_id(server: &str, tool: &str) -> String {
     format!("{server}_{tool}")
 }
 
-fn tool_def(server: &str, config: &McpServerConfig, hash: &str, tool: &rmcp::model::Tool) -> ToolDef {
+fn tool_def(
+    server: &str,
+    config: &McpServerConfig,
+    hash: &str,
+    tool: &rmcp::model::Tool,
+) -> ToolDef {
     let id = tool_id(server, &tool.name);
-    let settings: ToolSettings = config.tools().get(tool.name.as_ref()).cloned().unwrap_or_default();
+    let settings: ToolSettings = config
+        .tools()
+        .get(tool.name.as_ref())
+        .cloned()
+        .unwrap_or_default();
     let pattern = if let Some(arg) = settings.path_arg {
         PatternSource::Path(arg)
     } else if let Some(arg) = settings.url_arg {
@@ -225,7 +234,9 @@ impl ToolHost for McpTools {
         arguments: &str,
         observer: Arc<dyn CallObserver>,
     ) -> Result<BeforeDecision, GuestError> {
-        self.inner.before(hook, ctx, tool, arguments, observer).await
+        self.inner
+            .before(hook, ctx, tool, arguments, observer)
+            .await
     }
 
     async fn after(

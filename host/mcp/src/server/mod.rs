@@ -98,7 +98,13 @@ impl WardenMcp {
             .into_iter()
             .find(|t| t.id == request.name)
         else {
-            let names: Vec<String> = self.core.tools().tools().into_iter().map(|t| t.id).collect();
+            let names: Vec<String> = self
+                .core
+                .tools()
+                .tools()
+                .into_iter()
+                .map(|t| t.id)
+                .collect();
             return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
                 "unknown tool `{}`; the tools available are: {}",
                 request.name,
@@ -106,11 +112,10 @@ impl WardenMcp {
             ))]));
         };
         let session_id = self.session()?;
-        let session = self
-            .core
-            .ledger()
-            .session(&session_id)
-            .map_err(|e| McpError::internal_error(format!("cannot read the session: {e}"), None))?;
+        let session =
+            self.core.ledger().session(&session_id).map_err(|e| {
+                McpError::internal_error(format!("cannot read the session: {e}"), None)
+            })?;
         let agent = self
             .core
             .agents()

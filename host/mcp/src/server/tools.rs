@@ -93,8 +93,14 @@ mod tests {
         assert_eq!(tool["name"], "read");
         assert_eq!(tool["title"], "read (read)");
         assert_eq!(tool["description"], "Read a file");
-        assert_eq!(tool["inputSchema"]["properties"]["filePath"]["type"], "string");
-        assert_eq!(tool["outputSchema"]["required"], json!(["output", "title", "metadata"]));
+        assert_eq!(
+            tool["inputSchema"]["properties"]["filePath"]["type"],
+            "string"
+        );
+        assert_eq!(
+            tool["outputSchema"]["required"],
+            json!(["output", "title", "metadata"])
+        );
         assert_eq!(tool["annotations"]["readOnlyHint"], true);
         assert_eq!(tool["annotations"]["destructiveHint"], false);
     }
