@@ -110,22 +110,22 @@ pub fn router(core: Core, options: ServerOptions) -> Router {
         state.options.directory.clone(),
         state.options.token.is_some(),
     );
-    api.nest_service("/mcp", mcp)
-        .route(
-            "/doc",
-            axum::routing::get(move || async move { Json(doc.as_ref().clone()) }),
+    let api = api.nest_service("/mcp", mcp);
+    api.route(
+        "/doc",
+        axum::routing::get(move || async move { Json(doc.as_ref().clone()) }),
+    )
+    .fallback(|| async { ApiError::not_found("no such endpoint; GET /doc lists them") })
+    .method_not_allowed_fallback(|| async {
+        ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "this endpoint does not take that method; GET /doc lists them",
         )
-        .fallback(|| async { ApiError::not_found("no such endpoint; GET /doc lists them") })
-        .method_not_allowed_fallback(|| async {
-            ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "this endpoint does not take that method; GET /doc lists them",
-            )
-        })
-        .layer(DefaultBodyLimit::max(body_limit))
-        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
-        .with_state(state)
+    })
+    .layer(DefaultBodyLimit::max(body_limit))
+    .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+    .with_state(state)
 }
 
 /// Refuse requests without the token, when one is set; without one, refuse
