@@ -14,6 +14,7 @@ mod conformance;
 mod crash;
 mod hooks;
 mod loop_rules;
+mod mcp;
 mod plugin_new;
 mod provider_faults;
 mod providers;

@@ -100,9 +100,19 @@ pub async fn build(common: &Common, dir: &Path) -> Result<App> {
     // The same files are kept from every guest, whatever its grants.
     host.protect(options.protected.iter().map(|p| p.path.clone()));
     let host = Arc::new(host);
+    // The config's MCP servers join the plugins' tools behind the same boundary.
+    let tools: Arc<dyn warden_core::tool::ToolHost> = if config.mcp.is_empty() {
+        host.clone()
+    } else {
+        Arc::new(
+            warden_mcp::McpTools::connect(host.clone(), &config)
+                .await
+                .context("cannot start the MCP servers")?,
+        )
+    };
     let core = Core::new(
         ledger,
-        host.clone(),
+        tools,
         Arc::new(Models::from_config(&config)),
         config,
         options,

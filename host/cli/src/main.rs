@@ -14,6 +14,7 @@ mod app;
 mod author;
 mod bench;
 mod demo;
+mod mcp_cmd;
 mod plugin_cmd;
 mod render;
 mod run;
@@ -83,6 +84,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Serve the HTTP API and the live event stream.
     Serve(serve::ServeArgs),
+    /// Serve every loaded tool to MCP clients over stdio (each call checked like a session's).
+    Mcp(mcp_cmd::McpArgs),
     /// Inspect the plugins the config loads.
     Plugin {
         #[command(subcommand)]
@@ -119,6 +122,7 @@ fn main() -> ExitCode {
             Command::Trace { id, format, common } => trace::trace(&id, format, common),
             Command::Plugin { command, common } => plugin_cmd::plugin(command, common).await,
             Command::Serve(args) => serve::serve(args).await,
+            Command::Mcp(args) => mcp_cmd::mcp(args).await,
             Command::Bench(args) => bench::bench(args).await,
         }
     });

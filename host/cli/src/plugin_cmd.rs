@@ -348,6 +348,9 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
             for (name, why) in host.skipped() {
                 say!("{name} (built-in, not loaded)  {why}");
             }
+            for (name, server) in &config.mcp {
+                say!("{}", crate::mcp_cmd::describe_server(name, server));
+            }
             Ok(ExitCode::SUCCESS)
         }
         PluginCommand::Inspect { name } => {

@@ -104,6 +104,13 @@ pub fn router(core: Core, options: ServerOptions) -> Router {
         .routes(routes!(event::events))
         .split_for_parts();
     let doc = Arc::new(doc);
+    // MCP clients (streamable HTTP): warden's tools, each call checked like a session's.
+    let mcp = warden_mcp::http_service(
+        state.core.clone(),
+        state.options.directory.clone(),
+        state.options.token.is_some(),
+    );
+    let api = api.nest_service("/mcp", mcp);
     api.route(
         "/doc",
         axum::routing::get(move || async move { Json(doc.as_ref().clone()) }),

@@ -159,6 +159,18 @@ impl Core {
         &self.inner.tools
     }
 
+    /// The host boundary as a session's calls see it (ledger, questions, tool
+    /// host, warden's own files), for front ends that run calls themselves,
+    /// such as the MCP server.
+    pub fn call_env(&self) -> crate::tool::call::CallEnv {
+        crate::tool::call::CallEnv::new(
+            self.inner.ledger.clone(),
+            self.inner.permissions.clone(),
+            self.inner.tools.clone(),
+        )
+        .protecting(self.inner.protected.clone())
+    }
+
     /// A session's status in this process.
     pub fn status(&self, session: &SessionId) -> SessionStatus {
         self.inner.status.get(session)
