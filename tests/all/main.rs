@@ -13,6 +13,7 @@ mod conformance;
 mod crash;
 mod hooks;
 mod loop_rules;
+mod opencode;
 mod provider_faults;
 mod providers;
 mod read_tool;

@@ -8,6 +8,7 @@ use std::io::{IsTerminal, Write};
 use tokio::sync::broadcast::error::RecvError;
 use warden_core::Core;
 use warden_protocol::{
+    next_event_id,
     Event, MessageInfo, MessageWithParts, PartBody, PermissionReply, SessionId, SessionStatus,
     ToolState,
 };
@@ -60,7 +61,8 @@ impl Renderer {
             return;
         }
         if self.format == Format::Json {
-            if let Ok(line) = serde_json::to_string(event) {
+            // The same envelope as the server's event stream.
+            if let Ok(line) = serde_json::to_string(&event.envelope(next_event_id())) {
                 let mut out = std::io::stdout().lock();
                 let _ = writeln!(out, "{line}");
                 let _ = out.flush();

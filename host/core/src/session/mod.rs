@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use warden_protocol::{
     Action, MessageId, MessageInfo, MessageWithParts, ModelRef, Part, PartBody, Rule, SessionId,
-    SessionInfo, SessionStatus, UserInfo,
+    SessionInfo, SessionStatus, UserInfo, MessageTime,
 };
 
 use crate::agent::Agents;
@@ -151,6 +151,11 @@ impl Core {
         &self.inner.permissions
     }
 
+    /// The config the core was built from.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
     pub fn agents(&self) -> &Agents {
         &self.inner.agents
     }
@@ -278,7 +283,7 @@ impl Core {
             let answered = msgs
                 .iter()
                 .filter_map(history::assistant)
-                .any(|a| a.id > user_id && a.completed.is_some());
+                .any(|a| a.id > user_id && a.time.completed.is_some());
             // An abort ends the prompt too, even if it landed before an answer began.
             let aborted = self.inner.runners.take_aborted(&session.id);
             if answered || aborted {
@@ -332,7 +337,7 @@ impl Core {
         let info = MessageInfo::User(UserInfo {
             id: MessageId(id::ascending(MessageId::PREFIX)),
             session_id: session.id.clone(),
-            created: now_ms(),
+            time: MessageTime::at(now_ms()),
             agent: agent.name.clone(),
             model,
         });
