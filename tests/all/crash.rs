@@ -116,7 +116,7 @@ fn killed_after_the_tool_completed_resume_finishes_without_duplicates() {
     assert_eq!(texts, ["which scripts?", "One script: build."]);
     let a = assistants(&msgs);
     assert!(
-        a.iter().all(|a| a.completed.is_some()),
+        a.iter().all(|a| a.time.completed.is_some()),
         "every assistant message is closed"
     );
     assert_eq!(

@@ -93,11 +93,18 @@ fn offline(c: &mut Command, home: &Path) {
         .env_remove("OPENCODE_CONFIG_CONTENT");
 }
 
-/// A project with a file to read and a cassette: read it, then answer.
+/// A project with a file to read and a cassette: read it, then answer; a
+/// third prompt waits a minute for its answer (to be aborted).
+///
+/// The first turn waits a second, as a real model does before it answers:
+/// `opencode run --attach` opens its event stream and sends the prompt at
+/// the same moment, on two connections, and shows only what arrives after
+/// its stream is open; a model answering within microseconds would be done
+/// before the client listens.
 fn read_then_answer(env: &Env) -> PathBuf {
     env.file("hello.txt", "hi from the project\n");
     env.cassette(json!([
-        {"tool_calls": [{"id": "call_1", "name": "read", "arguments": {"filePath": "hello.txt"}}]},
+        {"delay_ms": 1000, "tool_calls": [{"id": "call_1", "name": "read", "arguments": {"filePath": "hello.txt"}}]},
         {"text": "The file says hi."},
         {"delay_ms": 60000, "text": "too late"}
     ]))
@@ -132,12 +139,14 @@ fn opencode_run_attach_completes_a_session_with_a_tool_call() {
         String::from_utf8_lossy(&out.stderr)
     );
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
-    assert_eq!(
-        kinds,
-        ["step_start", "tool_use", "step_finish", "step_start", "text", "step_finish"],
-        "{events:#?}"
-    );
-    let tool = &events[1]["part"];
+    // The tool runs while the model's step ends, so the first step's
+    // finish and the call's completion may come in either order.
+    let mut first = kinds[..3].to_vec();
+    first[1..].sort();
+    assert_eq!(first, ["step_start", "step_finish", "tool_use"], "{events:#?}");
+    assert_eq!(kinds[3..], ["step_start", "text", "step_finish"], "{events:#?}");
+    let at = |kind: &str| events.iter().position(|e| e["type"] == kind).unwrap();
+    let tool = &events[at("tool_use")]["part"];
     assert_eq!(tool["tool"], "read");
     assert_eq!(tool["callID"], "call_1");
     assert_eq!(tool["state"]["status"], "completed");
@@ -149,7 +158,7 @@ fn opencode_run_attach_completes_a_session_with_a_tool_call() {
             .contains("hi from the project"),
         "{tool}"
     );
-    assert_eq!(events[2]["part"]["reason"], "tool-calls");
+    assert_eq!(events[at("step_finish")]["part"]["reason"], "tool-calls");
     assert_eq!(events[4]["part"]["text"], "The file says hi.");
     assert_eq!(events[5]["part"]["reason"], "stop");
     // The session is warden's, in its ledger.

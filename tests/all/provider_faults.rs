@@ -120,7 +120,7 @@ fn a_429_waits_as_long_as_retry_after_says_then_succeeds() {
     // attempt was scheduled at least a second after the step began.
     let msgs = env.ledger().messages(&run.session()).unwrap();
     let created = match &assistants(&msgs)[0].info {
-        MessageInfo::Assistant(a) => a.created,
+        MessageInfo::Assistant(a) => a.time.created,
         MessageInfo::User(_) => unreachable!(),
     };
     assert!(

@@ -35,9 +35,6 @@ use crate::routes::ApiQuery;
 pub struct EventQuery {
     /// Only this session's events (warden's addition).
     pub session: Option<String>,
-    /// The client's working directory; not a filter.
-    pub directory: Option<String>,
-    pub workspace: Option<String>,
 }
 
 /// How a stream wraps each envelope.
@@ -50,7 +47,7 @@ enum Wrap {
 }
 
 /// The event stream. Each SSE message's data is one envelope.
-#[utoipa::path(get, path = "/event", tag = "event", params(EventQuery),
+#[utoipa::path(get, path = "/event", tag = "event", params(EventQuery, crate::routes::Location),
     responses((status = 200, description = "text/event-stream; each message's data is an event envelope", content_type = "text/event-stream", body = Envelope)))]
 pub async fn events(
     State(state): State<AppState>,

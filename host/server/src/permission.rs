@@ -18,11 +18,9 @@ use crate::routes::{ApiJson, ApiPath, ApiQuery};
 pub struct PermissionQuery {
     /// Only this session's (warden's addition).
     pub session: Option<String>,
-    pub directory: Option<String>,
-    pub workspace: Option<String>,
 }
 
-#[utoipa::path(get, path = "/permission", tag = "permission", params(PermissionQuery),
+#[utoipa::path(get, path = "/permission", tag = "permission", params(PermissionQuery, crate::routes::Location),
     responses((status = 200, description = "the questions waiting for an answer", body = [PermissionRequest])))]
 pub async fn pending(
     State(state): State<AppState>,
@@ -40,6 +38,7 @@ pub struct ReplyBody {
     /// OpenCode's note for the model on a rejection. warden accepts it and
     /// does not pass it on: the model is told the call was refused.
     #[serde(default)]
+    #[expect(dead_code, reason = "accepted from OpenCode's clients, not passed on")]
     pub message: Option<String>,
 }
 

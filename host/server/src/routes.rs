@@ -48,6 +48,7 @@ pub struct Location {
     /// The client's working directory.
     pub directory: Option<String>,
     /// OpenCode's workspace id; warden has none and ignores it.
+    #[expect(dead_code, reason = "described in /doc; warden has no workspaces")]
     pub workspace: Option<String>,
 }
 

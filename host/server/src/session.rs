@@ -34,24 +34,16 @@ fn view(state: &AppState, session: SessionInfo) -> SessionView {
 #[derive(Deserialize, IntoParams, Default)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
-    /// The client's working directory (not a filter: warden serves one tree).
-    pub directory: Option<String>,
     /// Only sessions updated at or after this time (ms since the epoch).
     pub start: Option<i64>,
     /// Only sessions whose title contains this (case-insensitive).
     pub search: Option<String>,
     /// At most this many, the most recently updated first.
     pub limit: Option<usize>,
-    /// OpenCode's project-relative path of the client; ignored.
-    pub path: Option<String>,
-    /// OpenCode's "top-level sessions only"; every warden session is one.
-    pub roots: Option<bool>,
-    /// OpenCode's workspace id; ignored.
-    pub workspace: Option<String>,
 }
 
 /// Every session, the most recently updated first.
-#[utoipa::path(get, path = "/session", tag = "session", params(ListQuery),
+#[utoipa::path(get, path = "/session", tag = "session", params(ListQuery, Location),
     responses((status = 200, description = "the sessions", body = [SessionView])))]
 pub async fn list(
     State(state): State<AppState>,
@@ -238,11 +230,9 @@ pub async fn delete(
 pub struct MessagesQuery {
     /// Only the last this many.
     pub limit: Option<usize>,
-    pub directory: Option<String>,
-    pub workspace: Option<String>,
 }
 
-#[utoipa::path(get, path = "/session/{sessionID}/message", tag = "session", params(("sessionID" = String, Path), MessagesQuery),
+#[utoipa::path(get, path = "/session/{sessionID}/message", tag = "session", params(("sessionID" = String, Path), MessagesQuery, Location),
     responses((status = 200, description = "the messages with their parts, oldest first", body = [MessageWithParts]),
         (status = 404, description = "no such session", body = ErrorBody)))]
 pub async fn messages(
@@ -266,12 +256,10 @@ pub struct PartInput {
     /// `text`; other kinds (`file`, `agent`, `subtask`) are refused.
     #[serde(rename = "type")]
     pub kind: String,
+    /// Other fields of OpenCode's text parts (`id`, `synthetic`, ...) are
+    /// accepted and not used.
     #[serde(default)]
     pub text: Option<String>,
-    /// Other fields OpenCode's text parts may carry (`id`, `synthetic`, ...).
-    #[serde(flatten)]
-    #[schema(value_type = Object)]
-    pub other: BTreeMap<String, Value>,
 }
 
 /// A prompt.
@@ -366,7 +354,21 @@ pub async fn prompt(
     ApiJson(body): ApiJson<PromptBody>,
 ) -> Result<Json<MessageWithParts>, ApiError> {
     let input = prompt_input(&state, SessionId(id), body)?;
-    Ok(Json(state.core.prompt(input).await?))
+    let answer = state.core.prompt(input).await?;
+    delivered(&state).await;
+    Ok(Json(answer))
+}
+
+/// Wait until every event stream has taken every published event (at most
+/// half a second: a stalled client cannot hold an answer back). A client
+/// that prints the run's events and exits on the answer, as `opencode run
+/// --attach` does, would otherwise lose the last ones to the race between
+/// its two connections.
+async fn delivered(state: &AppState) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(500);
+    while state.core.bus().unread() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
 }
 
 /// Send a prompt and return at once; follow it on the event stream.
