@@ -49,6 +49,18 @@ fn clients() -> &'static Path {
                 "npm install {OPENCODE} {SDK} {VALIDATOR} failed:\n{}",
                 String::from_utf8_lossy(&out.stderr)
             );
+            // Its postinstall links the platform's binary; npm is told to run
+            // no scripts, so it is run here, as the package itself says to.
+            let linked = Command::new("node")
+                .arg("postinstall.mjs")
+                .current_dir(dir.join("node_modules/opencode-ai"))
+                .output()
+                .unwrap();
+            assert!(
+                linked.status.success(),
+                "opencode-ai's postinstall failed:\n{}",
+                String::from_utf8_lossy(&linked.stderr)
+            );
             std::fs::write(&marker, "").unwrap();
         }
         // The scripts live in the repository; node resolves their imports
@@ -128,7 +140,14 @@ fn opencode_run_attach_completes_a_session_with_a_tool_call() {
     let out = opencode(
         &home,
         &env.project(),
-        &["run", "--attach", &server.base, "--format", "json", "read hello.txt"],
+        &[
+            "run",
+            "--attach",
+            &server.base,
+            "--format",
+            "json",
+            "read hello.txt",
+        ],
     )
     .output()
     .unwrap();
@@ -143,8 +162,16 @@ fn opencode_run_attach_completes_a_session_with_a_tool_call() {
     // finish and the call's completion may come in either order.
     let mut first = kinds[..3].to_vec();
     first[1..].sort();
-    assert_eq!(first, ["step_start", "step_finish", "tool_use"], "{events:#?}");
-    assert_eq!(kinds[3..], ["step_start", "text", "step_finish"], "{events:#?}");
+    assert_eq!(
+        first,
+        ["step_start", "step_finish", "tool_use"],
+        "{events:#?}"
+    );
+    assert_eq!(
+        kinds[3..],
+        ["step_start", "text", "step_finish"],
+        "{events:#?}"
+    );
     let at = |kind: &str| events.iter().position(|e| e["type"] == kind).unwrap();
     let tool = &events[at("tool_use")]["part"];
     assert_eq!(tool["tool"], "read");
@@ -168,7 +195,9 @@ fn opencode_run_attach_completes_a_session_with_a_tool_call() {
         .messages(&warden_protocol::SessionId(session.into()))
         .unwrap();
     assert_eq!(msgs.len(), 3, "user, tool step, answer");
-    assert_eq!(msgs[0].text(), "read hello.txt");
+    // opencode run sends its message argument quoted (its own server
+    // gets the same text).
+    assert_eq!(msgs[0].text(), "\"read hello.txt\"");
 }
 
 #[test]
@@ -287,10 +316,12 @@ async fn doc_is_valid_openapi_3_1() {
 /// A tmux server of the test's own (its own socket), killed when dropped.
 struct Tmux {
     socket: String,
+    /// Where the program in it writes its stderr, shown when a wait fails.
+    stderr: PathBuf,
 }
 
 impl Tmux {
-    fn new(name: &str) -> Tmux {
+    fn new(name: &str, stderr: PathBuf) -> Tmux {
         let which = Command::new("tmux").arg("-V").output();
         assert!(
             which.is_ok_and(|o| o.status.success()),
@@ -298,6 +329,7 @@ impl Tmux {
         );
         Tmux {
             socket: format!("warden-{name}-{}", std::process::id()),
+            stderr,
         }
     }
 
@@ -324,7 +356,8 @@ impl Tmux {
             }
             assert!(
                 Instant::now() < deadline,
-                "the TUI never showed {text:?}; the screen:\n{screen}"
+                "the TUI never showed {text:?}; the screen:\n{screen}\nits stderr:\n{}",
+                std::fs::read_to_string(&self.stderr).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -338,9 +371,10 @@ impl Drop for Tmux {
 }
 
 #[test]
-fn the_tui_shows_a_prompts_tool_call_and_answer() {
+fn the_tui_answers_an_ask_shows_the_tool_call_and_answer_and_aborts() {
     let env = Env::new();
     let cassette = read_then_answer(&env);
+    env.config(json!({"permission": {"read": "ask"}}));
     let model = format!("scripted:{}", cassette.display());
     let server = Server::launch(&env, &["--model", &model], &[]);
     let home = env.root.path().join("home");
@@ -351,27 +385,77 @@ fn the_tui_shows_a_prompts_tool_call_and_answer() {
         .get_envs()
         .filter_map(|(k, v)| Some(format!("{}='{}'", k.to_str()?, v?.to_str()?)))
         .collect();
+    let stderr = env.root.path().join("tui.stderr");
     let script = format!(
-        "cd '{}' && env {} '{}' attach '{}'",
+        "cd '{}' && env {} '{}' attach '{}' 2>'{}'",
         env.project().display(),
         exports.join(" "),
         bin.display(),
-        server.base
+        server.base,
+        stderr.display()
     );
-    let tmux = Tmux::new("tui");
+    let tmux = Tmux::new("tui", stderr);
     let started = tmux.cmd(&[
-        "new-session", "-d", "-s", "tui", "-x", "160", "-y", "45", &script,
+        "new-session",
+        "-d",
+        "-s",
+        "tui",
+        "-x",
+        "160",
+        "-y",
+        "45",
+        &script,
     ]);
     assert!(started.status.success(), "{started:?}");
     tmux.wait_for("Ask anything");
     tmux.cmd(&["send-keys", "-t", "tui", "read hello.txt"]);
     tmux.wait_for("read hello.txt");
     tmux.cmd(&["send-keys", "-t", "tui", "Enter"]);
+    // warden's rule asks; the TUI shows the question and answers it.
+    let ask = tmux.wait_for("Permission required");
+    assert!(ask.contains("Allow once"), "{ask}");
+    tmux.cmd(&["send-keys", "-t", "tui", "Enter"]);
     let screen = tmux.wait_for("The file says hi.");
-    assert!(screen.contains("Read"), "no tool line on screen:\n{screen}");
-    // The prompt went to warden: its ledger has the session and the answer.
+    assert!(
+        screen.contains("Read hello.txt"),
+        "no tool line on screen:\n{screen}"
+    );
+    // A prompt whose answer is slow, interrupted from the TUI.
+    tmux.cmd(&["send-keys", "-t", "tui", "wait please"]);
+    tmux.wait_for("wait please");
+    tmux.cmd(&["send-keys", "-t", "tui", "Enter"]);
+    tmux.wait_for("esc interrupt");
+    tmux.cmd(&["send-keys", "-t", "tui", "Escape"]);
+    tmux.wait_for("esc again to interrupt");
+    tmux.cmd(&["send-keys", "-t", "tui", "Escape"]);
+    tmux.wait_for("interrupted");
+    // It all went to warden: its ledger has the session, the answer and
+    // the aborted one.
     let sessions = env.ledger().sessions().unwrap();
     assert_eq!(sessions.len(), 1);
     let msgs = env.ledger().messages(&sessions[0].id).unwrap();
-    assert_eq!(msgs.last().unwrap().text(), "The file says hi.");
+    let answers: Vec<(String, Option<String>)> = msgs
+        .iter()
+        .filter_map(|m| match &m.info {
+            warden_protocol::MessageInfo::Assistant(a) => {
+                Some((m.text(), a.error.as_ref().map(|e| format!("{e:?}"))))
+            }
+            warden_protocol::MessageInfo::User(_) => None,
+        })
+        .collect();
+    assert_eq!(answers.len(), 3, "{answers:?}");
+    assert_eq!(answers[1].0, "The file says hi.");
+    assert!(
+        answers[2]
+            .1
+            .as_deref()
+            .is_some_and(|e| e.starts_with("Aborted")),
+        "{answers:?}"
+    );
+    assert!(
+        tool_parts(&msgs)
+            .iter()
+            .any(|(_, s)| s.status() == "completed"),
+        "the read ran once allowed"
+    );
 }

@@ -394,10 +394,14 @@ fn a_guest_can_ask_mid_call_and_the_answer_decides() {
     assert_eq!(std::fs::read_to_string(&yes).unwrap(), "allowed");
     assert!(!no.exists(), "the guest stopped at the denial");
     // The guest's progress reached the running part before it finished.
-    assert!(run.events.iter().any(|e| e["type"] == "message.part.updated"
-        && e["part"]["callID"] == "yes"
-        && e["part"]["state"]["status"] == "running"
-        && e["part"]["state"]["metadata"]["stage"] == "asking"));
+    assert!(
+        run.events
+            .iter()
+            .any(|e| e["type"] == "message.part.updated"
+                && e["part"]["callID"] == "yes"
+                && e["part"]["state"]["status"] == "running"
+                && e["part"]["state"]["metadata"]["stage"] == "asking")
+    );
     let calls = tool_parts(&env.ledger().messages(&run.session()).unwrap());
     match &calls[1].1 {
         ToolState::Error { error, .. } => {

@@ -385,7 +385,9 @@ async fn fifty_concurrent_prompts_on_one_session_are_answered_in_order() {
                 &c,
                 "POST",
                 &url,
-                Some(json!({"parts": [{"type": "text", "text": format!("prompt {k}")}], "model": m})),
+                Some(
+                    json!({"parts": [{"type": "text", "text": format!("prompt {k}")}], "model": m}),
+                ),
             )
             .await;
             assert_eq!(status, 200, "{body}");
@@ -767,14 +769,20 @@ async fn cors_lets_the_named_origins_in_and_no_others() {
         .request(reqwest::Method::OPTIONS, s.url("/session"))
         .header("origin", "https://app.example")
         .header("access-control-request-method", "POST")
-        .header("access-control-request-headers", "authorization, content-type")
+        .header(
+            "access-control-request-headers",
+            "authorization, content-type",
+        )
         .send()
         .await
         .unwrap();
     assert_eq!(preflight.status().as_u16(), 204);
     let h = preflight.headers();
     assert_eq!(h["access-control-allow-origin"], "https://app.example");
-    assert_eq!(h["access-control-allow-headers"], "authorization, content-type");
+    assert_eq!(
+        h["access-control-allow-headers"],
+        "authorization, content-type"
+    );
     assert!(
         h["access-control-allow-methods"]
             .to_str()
@@ -799,12 +807,7 @@ async fn cors_lets_the_named_origins_in_and_no_others() {
         .await
         .unwrap();
     assert_eq!(other.status().as_u16(), 403);
-    assert!(
-        other
-            .headers()
-            .get("access-control-allow-origin")
-            .is_none()
-    );
+    assert!(other.headers().get("access-control-allow-origin").is_none());
     let out = env
         .warden(&["serve", "--port", "0", "--cors", "app.example"])
         .output()
@@ -853,10 +856,7 @@ async fn the_start_up_catalogue_is_answered_from_warden_s_own_config() {
     assert_eq!(agents[1]["description"], "Reads only.");
     assert_eq!(agents[1]["mode"], "primary");
     let (_, paths) = get("/path").await;
-    assert_eq!(
-        paths["worktree"],
-        env.project().display().to_string()
-    );
+    assert_eq!(paths["worktree"], env.project().display().to_string());
     assert_eq!(paths["state"], env.data().display().to_string());
     let (_, project) = get("/project/current").await;
     assert_eq!(project["id"], "global");

@@ -53,7 +53,7 @@ for (const e of firstRun) {
     if (p.type !== "tool") continue;
     item = "tool:" + p.tool + ":" + p.state.status;
   }
-  if (e.type === "message.updated") continue;
+  if (e.type === "message.updated" || e.type === "session.created" || e.type === "session.updated") continue;
   if (story[story.length - 1] !== item) story.push(item);
 }
 

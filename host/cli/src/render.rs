@@ -8,9 +8,8 @@ use std::io::{IsTerminal, Write};
 use tokio::sync::broadcast::error::RecvError;
 use warden_core::Core;
 use warden_protocol::{
-    next_event_id,
     Event, MessageInfo, MessageWithParts, PartBody, PermissionReply, SessionId, SessionStatus,
-    ToolState,
+    ToolState, next_event_id,
 };
 
 use crate::Format;

@@ -34,7 +34,11 @@ pub(crate) async fn authenticate(
         }
         return next.run(request).await;
     };
-    let given = presented(request.headers(), request.uri().query(), &state.options.username);
+    let given = presented(
+        request.headers(),
+        request.uri().query(),
+        &state.options.username,
+    );
     if bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
         next.run(request).await
     } else {

@@ -79,16 +79,16 @@ fn catalogue(state: &AppState) -> (Vec<Value>, BTreeMap<String, String>) {
         if !list.contains(&m) {
             list.push(m.clone());
         }
-        defaults.entry(m.provider.clone()).or_insert(m.model.clone());
+        defaults
+            .entry(m.provider.clone())
+            .or_insert(m.model.clone());
     }
     let providers = models
         .into_iter()
         .map(|(name, list)| {
             let p = config.provider.get(&name);
             if let Some(first) = list.first() {
-                defaults
-                    .entry(name.clone())
-                    .or_insert(first.model.clone());
+                defaults.entry(name.clone()).or_insert(first.model.clone());
             }
             let env: Vec<String> = match (name.as_str(), p.and_then(|p| p.api_key_env.clone())) {
                 (_, Some(v)) => vec![v],
@@ -123,12 +123,22 @@ pub async fn config(State(state): State<AppState>) -> Json<Value> {
         .core
         .agents()
         .all()
-        .map(|a| (a.name.clone(), json!({"description": a.description, "steps": a.steps})))
+        .map(|a| {
+            (
+                a.name.clone(),
+                json!({"description": a.description, "steps": a.steps}),
+            )
+        })
         .collect();
     let providers: Map<String, Value> = catalogue(&state)
         .0
         .into_iter()
-        .filter_map(|p| Some((p["id"].as_str()?.to_string(), json!({"name": p["name"], "models": p["models"]}))))
+        .filter_map(|p| {
+            Some((
+                p["id"].as_str()?.to_string(),
+                json!({"name": p["name"], "models": p["models"]}),
+            ))
+        })
         .collect();
     let mut out = json!({
         "default_agent": state.core.agents().default_name(),
@@ -263,7 +273,9 @@ pub async fn projects(State(state): State<AppState>) -> Json<Vec<Value>> {
 /// Other directories of a project (OpenCode's worktrees). warden's has none.
 #[utoipa::path(get, path = "/project/{projectID}/directories", tag = "catalog", params(("projectID" = String, Path)),
     responses((status = 200, description = "always empty", body = [String]), (status = 404, description = "no such project", body = ErrorBody)))]
-pub async fn project_directories(ApiPath(id): ApiPath<String>) -> Result<Json<Vec<String>>, ApiError> {
+pub async fn project_directories(
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<Vec<String>>, ApiError> {
     if id != SessionInfo::PROJECT {
         return Err(ApiError::not_found(format!(
             "no project {id}; warden's one project is {}",
@@ -345,7 +357,10 @@ fn location_json(state: &AppState, q: &Location) -> Value {
 
 #[utoipa::path(get, path = "/api/location", tag = "catalog", params(Location),
     responses((status = 200, description = "the client's directory and the project", body = Object)))]
-pub async fn location(State(state): State<AppState>, ApiQuery(q): ApiQuery<Location>) -> Json<Value> {
+pub async fn location(
+    State(state): State<AppState>,
+    ApiQuery(q): ApiQuery<Location>,
+) -> Json<Value> {
     Json(location_json(&state, &q))
 }
 
@@ -374,5 +389,7 @@ pub async fn api_list(
             "no such endpoint /api/{kind}; GET /doc lists them"
         )));
     }
-    Ok(Json(json!({"location": location_json(&state, &q), "data": []})))
+    Ok(Json(
+        json!({"location": location_json(&state, &q), "data": []}),
+    ))
 }

@@ -155,11 +155,8 @@ fn stream(
                     }
                 }
                 Err(RecvError::Lagged(missed)) => {
-                    let lagged = Envelope::new(
-                        next_event_id(),
-                        "server.lagged",
-                        json!({"missed": missed}),
-                    );
+                    let lagged =
+                        Envelope::new(next_event_id(), "server.lagged", json!({"missed": missed}));
                     let m = w.message(lagged, None);
                     w.queued.push_back(m);
                 }

@@ -206,7 +206,10 @@ pub fn router(core: Core, options: ServerOptions) -> Router {
     )
     .fallback(|uri: axum::http::Uri| async move {
         tracing::debug!(%uri, "no such endpoint");
-        ApiError::not_found(format!("no such endpoint {}; GET /doc lists them", uri.path()))
+        ApiError::not_found(format!(
+            "no such endpoint {}; GET /doc lists them",
+            uri.path()
+        ))
     })
     .method_not_allowed_fallback(|| async {
         ApiError::new(

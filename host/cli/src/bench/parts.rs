@@ -20,8 +20,8 @@ use warden_core::tool::{
 };
 use warden_core::{Bus, Core, CoreOptions, PromptInput};
 use warden_protocol::{
-    LlmEvent, LlmRequest, MessageId, MessageInfo, ModelRef, Part, PartBody, SessionId, ToolState,
-    UserInfo, MessageTime,
+    LlmEvent, LlmRequest, MessageId, MessageInfo, MessageTime, ModelRef, Part, PartBody, SessionId,
+    ToolState, UserInfo,
 };
 use warden_runtime::WasmHost;
 

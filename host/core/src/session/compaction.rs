@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 use warden_protocol::llm::UserContent;
 use warden_protocol::{
     AssistantInfo, ChatMessage, Event, LlmRequest, MessageError, MessageId, MessageInfo,
-    MessageWithParts, Part, PartBody, SessionId, SessionInfo, Tokens, UserInfo, MessagePath, MessageTime,
+    MessagePath, MessageTime, MessageWithParts, Part, PartBody, SessionId, SessionInfo, Tokens,
+    UserInfo,
 };
 
 use super::CoreInner;

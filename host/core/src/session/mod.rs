@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use warden_protocol::{
-    Action, MessageId, MessageInfo, MessageWithParts, ModelRef, Part, PartBody, Rule, SessionId,
-    SessionInfo, SessionStatus, UserInfo, MessageTime,
+    Action, MessageId, MessageInfo, MessageTime, MessageWithParts, ModelRef, Part, PartBody, Rule,
+    SessionId, SessionInfo, SessionStatus, UserInfo,
 };
 
 use crate::agent::Agents;

@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use warden_protocol::part::TextTime;
 use warden_protocol::{
     Action, AssistantInfo, Event, LlmEvent, LlmRequest, MessageError, MessageInfo,
-    MessageWithParts, Part, PartBody, PermissionReply, PermissionRequest, PermissionTool, ProviderError,
-    SessionInfo, SessionStatus, ToolState,
+    MessageWithParts, Part, PartBody, PermissionReply, PermissionRequest, PermissionTool,
+    ProviderError, SessionInfo, SessionStatus, ToolState,
 };
 
 use super::CoreInner;

@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 use warden_protocol::llm::AssistantContent;
 use warden_protocol::{
     AssistantInfo, ChatMessage, Event, FinishReason, LlmRequest, MessageError, MessageId,
-    MessageInfo, MessageWithParts, PartBody, SessionId, SessionInfo, SessionStatus, ToolSpec, MessagePath, MessageTime,
+    MessageInfo, MessagePath, MessageTime, MessageWithParts, PartBody, SessionId, SessionInfo,
+    SessionStatus, ToolSpec,
 };
 
 use super::history::{self, assistant};
