@@ -19,7 +19,7 @@ use crate::routes::{ApiPath, ApiQuery, Location};
 
 fn model_json(m: &ModelRef, config: Option<&ProviderConfig>) -> Value {
     let known = config.and_then(|c| c.models.get(&m.model));
-    let prices = known.and_then(|k| k.prices.clone()).unwrap_or_default();
+    let prices = known.and_then(|k| k.prices).unwrap_or_default();
     json!({
         "id": m.model,
         "providerID": m.provider,

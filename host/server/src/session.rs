@@ -50,7 +50,7 @@ pub async fn list(
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<Vec<SessionView>>, ApiError> {
     let mut sessions = state.core.ledger().sessions()?;
-    sessions.sort_by(|a, b| b.time.updated.cmp(&a.time.updated));
+    sessions.sort_by_key(|s| std::cmp::Reverse(s.time.updated));
     let search = q.search.map(|s| s.to_lowercase());
     let out = sessions
         .into_iter()
