@@ -166,7 +166,29 @@ pub fn plugin_wasm(file: &str) -> String {
     format!("{}/{file}", warden_runtime::builtin::plugin_dir())
 }
 
-/// A finished `warden` process and its JSON events.
+/// An event envelope `{"id", "type", "properties"}` as one object: its
+/// properties with its `type` beside them, so tests read
+/// `e["part"]`, `e["status"]` (the envelope itself is asserted in cli.rs and
+/// server.rs).
+pub fn flat(v: Value) -> Value {
+    match v {
+        Value::Object(mut m) if m.contains_key("properties") => {
+            let mut out = match m.remove("properties") {
+                Some(Value::Object(p)) => p,
+                _ => Default::default(),
+            };
+            // The envelope's id is left out: a permission request has an id
+            // of its own.
+            if let Some(x) = m.remove("type") {
+                out.insert("type".into(), x);
+            }
+            Value::Object(out)
+        }
+        other => other,
+    }
+}
+
+/// A finished `warden` process and its JSON events, each [`flat`].
 pub struct Run {
     pub status: std::process::ExitStatus,
     pub events: Vec<Value>,
@@ -180,7 +202,11 @@ impl From<Output> for Run {
         let events = stdout
             .lines()
             .filter(|l| l.starts_with('{'))
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .map(|l| {
+                let v: Value =
+                    serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+                flat(v)
+            })
             .collect();
         Run {
             status: out.status,
@@ -198,7 +224,7 @@ impl Run {
             .events
             .last()
             .unwrap_or_else(|| panic!("no events; stderr: {}", self.stderr));
-        SessionId(last["session_id"].as_str().unwrap().to_string())
+        SessionId(last["sessionID"].as_str().unwrap().to_string())
     }
 
     /// The `run.finished` event.
@@ -212,9 +238,9 @@ impl Run {
     pub fn tool_states(&self) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = Vec::new();
         for e in &self.events {
-            if e["type"] == "part.updated" && e["part"]["type"] == "tool" {
+            if e["type"] == "message.part.updated" && e["part"]["type"] == "tool" {
                 let item = (
-                    e["part"]["call_id"].as_str().unwrap().to_string(),
+                    e["part"]["callID"].as_str().unwrap().to_string(),
                     e["part"]["state"]["status"].as_str().unwrap().to_string(),
                 );
                 if out.last() != Some(&item) {

@@ -16,6 +16,7 @@ mod hooks;
 mod loop_rules;
 mod mcp;
 mod plugin_new;
+mod opencode;
 mod provider_faults;
 mod providers;
 mod read_tool;

@@ -394,10 +394,14 @@ fn a_guest_can_ask_mid_call_and_the_answer_decides() {
     assert_eq!(std::fs::read_to_string(&yes).unwrap(), "allowed");
     assert!(!no.exists(), "the guest stopped at the denial");
     // The guest's progress reached the running part before it finished.
-    assert!(run.events.iter().any(|e| e["type"] == "part.updated"
-        && e["part"]["call_id"] == "yes"
-        && e["part"]["state"]["status"] == "running"
-        && e["part"]["state"]["metadata"]["stage"] == "asking"));
+    assert!(
+        run.events
+            .iter()
+            .any(|e| e["type"] == "message.part.updated"
+                && e["part"]["callID"] == "yes"
+                && e["part"]["state"]["status"] == "running"
+                && e["part"]["state"]["metadata"]["stage"] == "asking")
+    );
     let calls = tool_parts(&env.ledger().messages(&run.session()).unwrap());
     match &calls[1].1 {
         ToolState::Error { error, .. } => {
@@ -437,8 +441,8 @@ fn a_guest_can_ask_mid_call_and_the_answer_decides() {
         .filter(|e| e["type"] == "permission.asked")
         .collect();
     assert_eq!(asked.len(), 1);
-    assert_eq!(asked[0]["request"]["permission"], "other_file");
-    assert_eq!(asked[0]["request"]["call_id"], "nobody");
+    assert_eq!(asked[0]["permission"], "other_file");
+    assert_eq!(asked[0]["tool"]["callID"], "nobody");
     let calls = tool_parts(&env.ledger().messages(&run.session()).unwrap());
     match &calls[0].1 {
         ToolState::Error { error, .. } => assert!(error.contains("nobody was attached"), "{error}"),

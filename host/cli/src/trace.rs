@@ -164,6 +164,6 @@ pub fn trace(id: &str, format: Format, common: Common) -> Result<ExitCode> {
             );
         }
     }
-    say!("\n(started {})", time(session.created));
+    say!("\n(started {})", time(session.time.created));
     Ok(ExitCode::SUCCESS)
 }

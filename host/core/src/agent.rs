@@ -109,6 +109,11 @@ impl Agents {
     pub fn default_name(&self) -> &str {
         &self.default
     }
+
+    /// Every agent, by name.
+    pub fn all(&self) -> impl Iterator<Item = &Agent> {
+        self.by_name.values()
+    }
 }
 
 #[cfg(test)]

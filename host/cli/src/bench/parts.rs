@@ -20,8 +20,8 @@ use warden_core::tool::{
 };
 use warden_core::{Bus, Core, CoreOptions, PromptInput};
 use warden_protocol::{
-    LlmEvent, LlmRequest, MessageId, MessageInfo, ModelRef, Part, PartBody, SessionId, ToolState,
-    UserInfo,
+    LlmEvent, LlmRequest, MessageId, MessageInfo, MessageTime, ModelRef, Part, PartBody, SessionId,
+    ToolState, UserInfo,
 };
 use warden_runtime::WasmHost;
 
@@ -180,7 +180,7 @@ pub async fn floor_and_p1(work: &Path, n: usize) -> Result<Vec<Row>> {
     let user = MessageInfo::User(UserInfo {
         id: MessageId(id::ascending("msg")),
         session_id: session.id.clone(),
-        created: 0,
+        time: MessageTime::at(0),
         agent: "build".into(),
         model: ModelRef {
             provider: "scripted".into(),

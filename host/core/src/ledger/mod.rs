@@ -18,7 +18,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use warden_protocol::{
     Event, MessageId, MessageInfo, MessageWithParts, Millis, Part, PartBody, Rule, SessionId,
-    SessionInfo, ToolState,
+    SessionInfo, SessionTime, ToolState,
 };
 
 use crate::bus::Bus;
@@ -211,14 +211,16 @@ impl Ledger {
     /// Create a session working in `directory`.
     pub fn create_session(&self, directory: &str, title: &str) -> Result<SessionInfo> {
         let now = now_ms();
-        let info = SessionInfo {
-            id: SessionId(id::ascending(SessionId::PREFIX)),
-            title: title.to_string(),
-            directory: directory.to_string(),
-            permission: Vec::new(),
-            created: now,
-            updated: now,
-        };
+        let info = SessionInfo::new(
+            SessionId(id::ascending(SessionId::PREFIX)),
+            title.to_string(),
+            directory.to_string(),
+            Vec::new(),
+            SessionTime {
+                created: now,
+                updated: now,
+            },
+        );
         self.conn().execute(
             "INSERT INTO session (id, title, directory, permission, created_at, updated_at) VALUES (?1, ?2, ?3, '[]', ?4, ?4)",
             params![info.id.as_str(), info.title, info.directory, now],
@@ -739,14 +741,16 @@ fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<SessionInfo>> {
             }));
         }
     };
-    Ok(Ok(SessionInfo {
-        id: SessionId(id),
-        title: r.get(1)?,
-        directory: r.get(2)?,
-        permission: rules,
-        created: r.get(4)?,
-        updated: r.get(5)?,
-    }))
+    Ok(Ok(SessionInfo::new(
+        SessionId(id),
+        r.get(1)?,
+        r.get(2)?,
+        rules,
+        SessionTime {
+            created: r.get(4)?,
+            updated: r.get(5)?,
+        },
+    )))
 }
 
 /// What a timeline row keeps of a part: its state and times, not its
@@ -832,7 +836,7 @@ pub fn has_content(parts: &[Part]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use warden_protocol::{ModelRef, ToolState, UserInfo};
+    use warden_protocol::{MessageTime, ModelRef, ToolState, UserInfo};
 
     fn ledger() -> Ledger {
         Ledger::in_memory(Bus::new()).unwrap()
@@ -842,7 +846,7 @@ mod tests {
         MessageInfo::User(UserInfo {
             id: MessageId(id::ascending("msg")),
             session_id: session.clone(),
-            created: 1,
+            time: MessageTime::at(1),
             agent: "build".into(),
             model: ModelRef {
                 provider: "scripted".into(),
@@ -959,7 +963,7 @@ mod tests {
             MessageInfo::User(UserInfo {
                 id: MessageId(id::ascending("msg")),
                 session_id: s.id.clone(),
-                created: n as i64,
+                time: MessageTime::at(n as i64),
                 agent: "build".into(),
                 model: ModelRef {
                     provider: "scripted".into(),

@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use warden_protocol::part::TextTime;
 use warden_protocol::{
     Action, AssistantInfo, Event, LlmEvent, LlmRequest, MessageError, MessageInfo,
-    MessageWithParts, Part, PartBody, PermissionReply, PermissionRequest, ProviderError,
-    SessionInfo, SessionStatus, ToolState,
+    MessageWithParts, Part, PartBody, PermissionReply, PermissionRequest, PermissionTool,
+    ProviderError, SessionInfo, SessionStatus, ToolState,
 };
 
 use super::CoreInner;
@@ -257,7 +257,7 @@ impl<'a> Processor<'a> {
                 let _ = self.close_streamed();
                 let _ =
                     self.interrupt_calls(false, "warden stopped this step after an internal error");
-                self.info.completed = Some(now_ms());
+                self.info.time.completed = Some(now_ms());
                 let _ = self
                     .core
                     .ledger
@@ -268,7 +268,7 @@ impl<'a> Processor<'a> {
 
         self.close_streamed()?;
         self.interrupt_calls(false, cleanup_reason)?;
-        self.info.completed = Some(now_ms());
+        self.info.time.completed = Some(now_ms());
         self.core
             .ledger
             .put_message(&MessageInfo::Assistant(self.info.clone()))?;
@@ -698,7 +698,10 @@ impl<'a> Processor<'a> {
                     patterns: vec![name.to_string()],
                     always: vec![name.to_string()],
                     metadata: json!({"tool": name, "input": input}),
-                    call_id: Some(call_id.to_string()),
+                    tool: Some(PermissionTool {
+                        message_id: self.info.id.clone(),
+                        call_id: call_id.to_string(),
+                    }),
                 };
                 let reply = self.core.permissions.ask(request, &self.cancel).await;
                 let entry = crate::ledger::AuditEntry {

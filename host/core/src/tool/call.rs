@@ -20,7 +20,9 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use warden_protocol::{Action, PermissionReply, PermissionRequest, Rule, SessionId};
+use warden_protocol::{
+    Action, PermissionReply, PermissionRequest, PermissionTool, Rule, SessionId,
+};
 
 use super::{
     AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookDef, ToolDef,
@@ -571,7 +573,10 @@ async fn ask(
         always: literal(&patterns),
         patterns: patterns.clone(),
         metadata,
-        call_id: Some(req.ctx.call_id.clone()),
+        tool: Some(PermissionTool {
+            message_id: req.ctx.message_id.clone(),
+            call_id: req.ctx.call_id.clone(),
+        }),
     };
     let reply = env.permissions.ask(request, &req.cancel).await;
     let decision = match reply {
@@ -824,7 +829,10 @@ impl CallObserver for Observer {
                     always: literal(&patterns),
                     patterns: patterns.clone(),
                     metadata,
-                    call_id: Some(self.ctx.call_id.clone()),
+                    tool: Some(PermissionTool {
+                        message_id: self.ctx.message_id.clone(),
+                        call_id: self.ctx.call_id.clone(),
+                    }),
                 };
                 let reply = self.env.permissions.ask(request, &self.cancel).await;
                 let (decision, outcome) = match reply {
