@@ -146,6 +146,9 @@ fn tool_def(
             plugin: guest_name(server),
             hash: hash.to_string(),
         },
+        // Its permission is its own id; the `SERVER_*: ask` rule placed after
+        // the defaults is what keeps a `*` allow from letting it through.
+        mapped: true,
     }
 }
 

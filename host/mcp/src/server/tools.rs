@@ -84,6 +84,7 @@ mod tests {
                 plugin: "read".into(),
                 hash: "abc".into(),
             },
+            mapped: true,
         }
     }
 
