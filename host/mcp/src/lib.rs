@@ -1,7 +1,7 @@
 //! warden and the Model Context Protocol, both ways, on the official SDK
 //! (`rmcp`):
 //!
-//! - [`server`]: `warden mcp` (stdio) and the `/mcp` endpoint of `warden
+//! - [`server`]: `warden mcp` (stdio) and the `/warden/mcp` endpoint of `warden
 //!   serve` (streamable HTTP) offer every loaded tool to any MCP client;
 //!   each call crosses warden's host boundary like a session's call.
 //! - [`client`]: the config's `mcp` servers as tools in warden sessions,

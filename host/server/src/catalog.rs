@@ -313,9 +313,19 @@ pub async fn lsp() -> Json<Vec<Value>> {
 }
 
 #[utoipa::path(get, path = "/mcp", tag = "catalog", params(Location),
-    responses((status = 200, description = "always empty: warden's tools are wasm plugins (GET /plugin), not MCP servers", body = Object)))]
-pub async fn mcp() -> Json<Value> {
-    Json(json!({}))
+    responses((status = 200, description = "the config's MCP servers by name, each `{\"status\": \"connected\"}` (warden connects every enabled one at start, or does not start) or `{\"status\": \"disabled\"}`; warden's own MCP endpoint is `/warden/mcp`", body = Object)))]
+pub async fn mcp(State(state): State<AppState>) -> Json<Value> {
+    let servers = state
+        .core
+        .config()
+        .mcp
+        .iter()
+        .map(|(name, server)| {
+            let status = if server.enabled() { "connected" } else { "disabled" };
+            (name.clone(), json!({ "status": status }))
+        })
+        .collect::<serde_json::Map<_, _>>();
+    Json(Value::Object(servers))
 }
 
 #[utoipa::path(get, path = "/experimental/capabilities", tag = "catalog",

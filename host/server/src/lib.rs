@@ -206,7 +206,8 @@ pub fn router(core: Core, options: ServerOptions) -> Router {
         state.options.directory.clone(),
         state.options.token.is_some(),
     );
-    let api = api.nest_service("/mcp", mcp);
+    // Under `/warden/`: OpenCode's clients read `GET /mcp` as the MCP servers' status.
+    let api = api.nest_service("/warden/mcp", mcp);
     api.route(
         "/doc",
         axum::routing::get(move || async move { Json(doc.as_ref().clone()) }),

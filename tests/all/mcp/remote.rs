@@ -1,5 +1,5 @@
 //! A remote MCP server (streamable HTTP, with headers) as a tool in a
-//! warden session: one warden's `/mcp` endpoint used by another warden's
+//! warden session: one warden's `/warden/mcp` endpoint used by another warden's
 //! session. The calling session's rules allow the tool; the serving warden
 //! still checks its own rules and audits the call under the caller.
 
@@ -19,7 +19,7 @@ fn a_remote_mcp_server_is_a_tool_behind_both_wardens_rules() {
 
     let env = Env::new();
     env.config(json!({
-        "mcp": {"peer": {"type": "remote", "url": format!("{base}/mcp"), "headers": {"x-team": "infra"}}},
+        "mcp": {"peer": {"type": "remote", "url": format!("{base}/warden/mcp"), "headers": {"x-team": "infra"}}},
         "permission": {"peer_read": "allow"}
     }));
     env.cassette(json!([

@@ -1,4 +1,4 @@
-//! The `/mcp` endpoint of `warden serve` driven by the reference Python SDK
+//! The `/warden/mcp` endpoint of `warden serve` driven by the reference Python SDK
 //! (PyPI `mcp`, pinned) over streamable HTTP: the same rules hold as for a
 //! session, and the audit names the Python client.
 
@@ -55,7 +55,7 @@ fn the_python_sdk_calls_a_warden_plugin_over_streamable_http() {
         .arg("120")
         .arg(&python)
         .arg(script)
-        .arg(format!("{base}/mcp"))
+        .arg(format!("{base}/warden/mcp"))
         .output()
         .unwrap();
     assert!(

@@ -226,7 +226,7 @@ pub async fn serve_stdio(core: Core, directory: PathBuf) -> Result<(), Error> {
     Ok(())
 }
 
-/// The streamable HTTP endpoint, for `warden serve` to mount (at `/mcp`):
+/// The streamable HTTP endpoint, for `warden serve` to mount (at `/warden/mcp`):
 /// one warden session per MCP session. `any_host` lifts the endpoint's own
 /// loopback-only `Host` check, for a server that checks a token instead.
 pub fn http_service(
