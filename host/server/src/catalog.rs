@@ -321,7 +321,11 @@ pub async fn mcp(State(state): State<AppState>) -> Json<Value> {
         .mcp
         .iter()
         .map(|(name, server)| {
-            let status = if server.enabled() { "connected" } else { "disabled" };
+            let status = if server.enabled() {
+                "connected"
+            } else {
+                "disabled"
+            };
             (name.clone(), json!({ "status": status }))
         })
         .collect::<serde_json::Map<_, _>>();

@@ -836,7 +836,8 @@ pub fn has_content(parts: &[Part]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use warden_protocol::{MessageTime, ModelRef, ToolState, UserInfo};
+    use serde_json::json;
+    use warden_protocol::{MessageError, MessageTime, ModelRef, ToolState, UserInfo};
 
     fn ledger() -> Ledger {
         Ledger::in_memory(Bus::new()).unwrap()
@@ -1076,6 +1077,68 @@ mod tests {
                 .len(),
             200
         );
+    }
+
+    #[test]
+    fn message_headers_written_before_opencode_s_shapes_are_carried_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(schema::MIGRATIONS[0]).unwrap();
+        c.pragma_update(None, "user_version", 1).unwrap();
+        let (sid, user, answer) = (
+            id::ascending("ses"),
+            id::ascending("msg"),
+            id::ascending("msg"),
+        );
+        c.execute(
+            "INSERT INTO session (id, title, directory, created_at, updated_at) VALUES (?1, 't', '/w', 1, 1)",
+            [&sid],
+        )
+        .unwrap();
+        let old_user = json!({"role": "user", "id": user, "session_id": sid, "created": 5,
+            "agent": "build", "model": {"provider": "scripted", "model": "x"}});
+        let old_answer = json!({"role": "assistant", "id": answer, "session_id": sid,
+            "parent_id": user, "agent": "build", "model": {"provider": "openai", "model": "gpt"},
+            "created": 6, "completed": 9, "finish": "stop", "cost": 0.5,
+            "error": {"name": "Provider", "message": "503 from the provider", "status": 503}});
+        for (id, role, info) in [
+            (&user, "user", &old_user),
+            (&answer, "assistant", &old_answer),
+        ] {
+            c.execute(
+                "INSERT INTO message (session_id, id, role, info, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, 1, 1)",
+                rusqlite::params![sid, id, role, info.to_string()],
+            )
+            .unwrap();
+        }
+        drop(c);
+
+        let l = Ledger::open(&path, Bus::new()).unwrap();
+        let messages = l.messages(&SessionId(sid.clone())).unwrap();
+        let infos: Vec<_> = messages.iter().map(|m| m.info.clone()).collect();
+        let MessageInfo::User(u) = &infos[0] else {
+            panic!("{infos:?}")
+        };
+        assert_eq!(
+            (u.time, u.model.provider.as_str()),
+            (MessageTime::at(5), "scripted")
+        );
+        let MessageInfo::Assistant(a) = &infos[1] else {
+            panic!("{infos:?}")
+        };
+        assert_eq!(a.parent_id.0, user);
+        assert_eq!((a.mode.as_str(), a.model.model.as_str()), ("build", "gpt"));
+        assert_eq!((a.time.created, a.time.completed), (6, Some(9)));
+        assert_eq!((a.path.cwd.as_str(), a.path.root.as_str()), ("/w", "/w"));
+        assert_eq!(
+            a.error,
+            Some(MessageError::Provider {
+                message: "503 from the provider".into(),
+                status: Some(503)
+            })
+        );
+        assert_eq!(a.cost, 0.5);
     }
 
     #[test]

@@ -81,4 +81,42 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (session_id, seq)
     ) WITHOUT ROWID;
     "#,
+    // 2: message headers in OpenCode's shapes (`sessionID`, `parentID`,
+    // `providerID` / `modelID`, `time: {created, completed}`, `mode`, `path`,
+    // errors as `{name, data}`), rewritten in place so sessions written
+    // before keep reading. Parts need nothing: their old names are aliases.
+    r#"
+    UPDATE message SET info = json_set(info, '$.error', json_object(
+        'name', CASE json_extract(info, '$.error.name')
+                  WHEN 'Provider' THEN 'APIError'
+                  WHEN 'ContextOverflow' THEN 'ContextOverflowError'
+                  WHEN 'Aborted' THEN 'MessageAbortedError'
+                  ELSE 'MessageInterruptedError' END,
+        'data', json_object(
+            'message', json_extract(info, '$.error.message'),
+            'statusCode', json_extract(info, '$.error.status'))))
+    WHERE json_extract(info, '$.error.name') IN ('Provider', 'ContextOverflow', 'Aborted', 'Interrupted');
+    UPDATE message SET info = json_set(
+        json_remove(info, '$.session_id', '$.created', '$.model'),
+        '$.sessionID', json_extract(info, '$.session_id'),
+        '$.time', json_object('created', json_extract(info, '$.created')),
+        '$.model', json_object(
+            'providerID', json_extract(info, '$.model.provider'),
+            'modelID', json_extract(info, '$.model.model')))
+    WHERE role = 'user' AND json_extract(info, '$.session_id') IS NOT NULL;
+    UPDATE message SET info = json_set(
+        json_remove(info, '$.session_id', '$.parent_id', '$.model', '$.created', '$.completed'),
+        '$.sessionID', json_extract(info, '$.session_id'),
+        '$.parentID', json_extract(info, '$.parent_id'),
+        '$.mode', json_extract(info, '$.agent'),
+        '$.providerID', json_extract(info, '$.model.provider'),
+        '$.modelID', json_extract(info, '$.model.model'),
+        '$.path', json_object(
+            'cwd', (SELECT directory FROM session WHERE session.id = message.session_id),
+            'root', (SELECT directory FROM session WHERE session.id = message.session_id)),
+        '$.time', json_object(
+            'created', json_extract(info, '$.created'),
+            'completed', json_extract(info, '$.completed')))
+    WHERE role = 'assistant' AND json_extract(info, '$.session_id') IS NOT NULL;
+    "#,
 ];
