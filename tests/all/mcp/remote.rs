@@ -5,9 +5,9 @@
 
 use serde_json::json;
 
-use super::server_python::serve;
 use super::{audit_rows, row};
 use crate::common::*;
+use crate::server::Server;
 
 #[test]
 fn a_remote_mcp_server_is_a_tool_behind_both_wardens_rules() {
@@ -15,7 +15,8 @@ fn a_remote_mcp_server_is_a_tool_behind_both_wardens_rules() {
     serving.file("notes.txt", "notes on the serving side\n");
     serving.file("secret.env", "TOKEN=1\n");
     serving.config(json!({"permission": {"read": {"*.env": "deny"}}}));
-    let (_server, base) = serve(&serving);
+    let server = Server::launch(&serving, &[], &[]);
+    let base = &server.base;
 
     let env = Env::new();
     env.config(json!({

@@ -2,42 +2,13 @@
 //! (PyPI `mcp`, pinned) over streamable HTTP: the same rules hold as for a
 //! session, and the audit names the Python client.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 
 use super::{audit_rows, deps, row};
 use crate::common::*;
-
-pub(super) struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `warden serve --port 0`, and the address it printed.
-pub(super) fn serve(env: &Env) -> (Serve, String) {
-    let mut child = env
-        .warden(&["serve", "--port", "0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_string();
-    (Serve(child), base)
-}
+use crate::server::Server;
 
 #[test]
 fn the_python_sdk_calls_a_warden_plugin_over_streamable_http() {
@@ -46,7 +17,8 @@ fn the_python_sdk_calls_a_warden_plugin_over_streamable_http() {
     env.file("notes.txt", "hello from warden\n");
     env.file("secret.env", "TOKEN=1\n");
     env.config(serde_json::json!({"permission": {"read": {"*.env": "deny"}}}));
-    let (_server, base) = serve(&env);
+    let server = Server::launch(&env, &[], &[]);
+    let base = &server.base;
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../tests/mcp/python_client.py"
