@@ -79,15 +79,19 @@ fn clients() -> &'static Path {
 /// update check, no sharing, no plugins, no project config.
 fn opencode(home: &Path, cwd: &Path, args: &[&str]) -> Command {
     let mut c = Command::new("timeout");
-    c.arg("120")
-        .arg(clients().join("node_modules/.bin/opencode"))
-        .args(args)
-        .current_dir(cwd);
+    c.arg("120").arg(opencode_bin()).args(args).current_dir(cwd);
     offline(&mut c, home);
     c
 }
 
-fn offline(c: &mut Command, home: &Path) {
+/// The pinned `opencode` binary, installed on first use.
+pub(crate) fn opencode_bin() -> PathBuf {
+    clients().join("node_modules/.bin/opencode")
+}
+
+/// Keep `opencode` offline and to itself: its own home under `home`, no
+/// catalogue fetch, update check, sharing, plugins or project config.
+pub(crate) fn offline(c: &mut Command, home: &Path) {
     c.env("HOME", home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
         .env("XDG_DATA_HOME", home.join(".local/share"))

@@ -11,11 +11,9 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-use super::{audit_rows, deps, row};
+use super::{audit_rows, row};
 use crate::common::*;
 use crate::mock_provider::{Reply, chat_text, chat_tool_call};
-
-const OPENCODE: (&str, &str) = ("opencode-ai", "1.18.33");
 
 /// A loopback Chat Completions model that answers by what it is shown, so
 /// OpenCode's side requests (a session title) cannot take the scripted
@@ -112,33 +110,19 @@ fn two_reads() -> Vec<u8> {
     format!("{}data: {second}\n\n{tail}", &first[..start_of_finish]).into_bytes()
 }
 
-/// `opencode ARGS`, offline: its own home, no catalogue fetch, no update
-/// check, no sharing, no default plugins.
+/// `opencode ARGS`, offline (see [`crate::opencode::offline`]), with `config`.
 fn opencode(bin: &Path, home: &Path, cwd: &Path, config: &Path) -> Command {
     let mut c = Command::new("timeout");
     c.arg("180").arg(bin).current_dir(cwd);
-    c.env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("XDG_DATA_HOME", home.join(".local/share"))
-        .env("XDG_STATE_HOME", home.join(".local/state"))
-        .env("XDG_CACHE_HOME", home.join(".cache"))
-        .env("OPENCODE_CONFIG", config)
-        .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
-        .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
-        .env("OPENCODE_DISABLE_SHARE", "1")
-        .env("OPENCODE_DISABLE_LSP_DOWNLOAD", "1")
-        .env("OPENCODE_DISABLE_DEFAULT_PLUGINS", "1")
-        .env("OPENCODE_DISABLE_CLAUDE_CODE", "1")
-        .env("OPENCODE_DISABLE_PROJECT_CONFIG", "1")
-        .env_remove("OPENCODE_CONFIG_CONTENT")
-        .env_remove("OPENCODE_SERVER_PASSWORD");
+    crate::opencode::offline(&mut c, home);
+    c.env("OPENCODE_CONFIG", config);
     c
 }
 
 #[test]
 fn opencode_calls_a_warden_plugin_over_mcp_and_warden_rules_hold() {
-    let dir = deps::npm(OPENCODE.0, OPENCODE.1);
-    let bin = dir.join("node_modules/.bin/opencode");
+    // The same pinned install as the tests of OpenCode's own clients.
+    let bin = crate::opencode::opencode_bin();
     let env = Env::new();
     env.file("notes.txt", "hello from warden\n");
     env.file("secret.env", "TOKEN=1\n");
