@@ -48,6 +48,8 @@ fn main() {
         "fixtures",
         "fixtures-raw",
         "fixtures-hooks",
+        "adversary",
+        "adversary-describe",
     ] {
         let d = plugins.join(dir);
         if d.exists() {

@@ -8,6 +8,24 @@ use serde_json::{Value, json};
 use warden_core::{Bus, Ledger};
 use warden_protocol::{MessageWithParts, PartBody, SessionId, ToolState};
 
+/// The tools of the fixture plugin (plugins/fixtures).
+pub const FIXTURE_TOOLS: [&str; 14] = [
+    "sleep",
+    "spin",
+    "alloc",
+    "recurse",
+    "panic",
+    "big",
+    "echo",
+    "read_path",
+    "write_path",
+    "env",
+    "tcp",
+    "ask_then_write",
+    "sleep_then_write",
+    "counter",
+];
+
 /// The built-in tools, in the order the model is offered them.
 pub const BUILTIN_TOOLS: [&str; 6] = ["read", "write", "edit", "list", "glob", "grep"];
 
@@ -76,8 +94,14 @@ impl Env {
     }
 
     /// A config entry loading the fixture plugin with these grants.
+    /// Each tool is mapped to a permission of its own name, as an operator
+    /// would (an unmapped tool of a plugin with files or hosts is asked about).
     pub fn fixtures_plugin(grants: Value) -> Value {
-        json!({"name": "fixtures", "path": fixture_wasm(), "grants": grants})
+        let tools: serde_json::Map<String, Value> = FIXTURE_TOOLS
+            .iter()
+            .map(|t| (t.to_string(), json!({"permission": t})))
+            .collect();
+        json!({"name": "fixtures", "path": fixture_wasm(), "grants": grants, "tools": tools})
     }
 
     /// `warden ARGS` with this env's data dir, from the project.
@@ -142,7 +166,29 @@ pub fn plugin_wasm(file: &str) -> String {
     format!("{}/{file}", warden_runtime::builtin::plugin_dir())
 }
 
-/// A finished `warden` process and its JSON events.
+/// An event envelope `{"id", "type", "properties"}` as one object: its
+/// properties with its `type` beside them, so tests read
+/// `e["part"]`, `e["status"]` (the envelope itself is asserted in cli.rs and
+/// server.rs).
+pub fn flat(v: Value) -> Value {
+    match v {
+        Value::Object(mut m) if m.contains_key("properties") => {
+            let mut out = match m.remove("properties") {
+                Some(Value::Object(p)) => p,
+                _ => Default::default(),
+            };
+            // The envelope's id is left out: a permission request has an id
+            // of its own.
+            if let Some(x) = m.remove("type") {
+                out.insert("type".into(), x);
+            }
+            Value::Object(out)
+        }
+        other => other,
+    }
+}
+
+/// A finished `warden` process and its JSON events, each [`flat`].
 pub struct Run {
     pub status: std::process::ExitStatus,
     pub events: Vec<Value>,
@@ -156,7 +202,11 @@ impl From<Output> for Run {
         let events = stdout
             .lines()
             .filter(|l| l.starts_with('{'))
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .map(|l| {
+                let v: Value =
+                    serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+                flat(v)
+            })
             .collect();
         Run {
             status: out.status,
@@ -174,7 +224,7 @@ impl Run {
             .events
             .last()
             .unwrap_or_else(|| panic!("no events; stderr: {}", self.stderr));
-        SessionId(last["session_id"].as_str().unwrap().to_string())
+        SessionId(last["sessionID"].as_str().unwrap().to_string())
     }
 
     /// The `run.finished` event.
@@ -188,9 +238,9 @@ impl Run {
     pub fn tool_states(&self) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = Vec::new();
         for e in &self.events {
-            if e["type"] == "part.updated" && e["part"]["type"] == "tool" {
+            if e["type"] == "message.part.updated" && e["part"]["type"] == "tool" {
                 let item = (
-                    e["part"]["call_id"].as_str().unwrap().to_string(),
+                    e["part"]["callID"].as_str().unwrap().to_string(),
                     e["part"]["state"]["status"].as_str().unwrap().to_string(),
                 );
                 if out.last() != Some(&item) {
@@ -306,8 +356,13 @@ impl Canned {
 
 #[allow(dead_code)]
 pub fn serve_http(routes: Vec<(&str, Canned)>) -> HttpServer {
+    serve_http_on("127.0.0.1", routes)
+}
+
+/// The same, on another loopback address (e.g. 127.0.0.2, a second "host").
+pub fn serve_http_on(ip: &str, routes: Vec<(&str, Canned)>) -> HttpServer {
     use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
     let port = listener.local_addr().unwrap().port();
     let routes: std::collections::HashMap<String, Canned> = routes
         .into_iter()

@@ -30,9 +30,9 @@ fn run_and_kill(env: &Env, prompt: &str, until: impl Fn(&Value) -> bool) -> Sess
     let mut session = None;
     for line in BufReader::new(stdout).lines() {
         let line = line.unwrap();
-        let event: Value = serde_json::from_str(&line).unwrap();
+        let event = flat(serde_json::from_str(&line).unwrap());
         if session.is_none() && event["type"] == "session.status" {
-            session = Some(SessionId(event["session_id"].as_str().unwrap().to_string()));
+            session = Some(SessionId(event["sessionID"].as_str().unwrap().to_string()));
         }
         if until(&event) {
             break;
@@ -53,7 +53,7 @@ fn resume(env: &Env, session: &SessionId) -> Run {
 }
 
 fn is_tool(event: &Value, status: &str) -> bool {
-    event["type"] == "part.updated"
+    event["type"] == "message.part.updated"
         && event["part"]["type"] == "tool"
         && event["part"]["state"]["status"] == status
 }
@@ -116,7 +116,7 @@ fn killed_after_the_tool_completed_resume_finishes_without_duplicates() {
     assert_eq!(texts, ["which scripts?", "One script: build."]);
     let a = assistants(&msgs);
     assert!(
-        a.iter().all(|a| a.completed.is_some()),
+        a.iter().all(|a| a.time.completed.is_some()),
         "every assistant message is closed"
     );
     assert_eq!(

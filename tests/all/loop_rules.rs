@@ -125,9 +125,9 @@ fn three_identical_calls_ask_doom_loop_which_nobody_can_answer_so_the_loop_stops
         .filter(|e| e["type"] == "permission.asked")
         .collect();
     assert_eq!(asked.len(), 1);
-    assert_eq!(asked[0]["request"]["permission"], "doom_loop");
-    assert_eq!(asked[0]["request"]["patterns"], json!(["read"]));
-    assert_eq!(asked[0]["request"]["call_id"], "c3");
+    assert_eq!(asked[0]["permission"], "doom_loop");
+    assert_eq!(asked[0]["patterns"], json!(["read"]));
+    assert_eq!(asked[0]["tool"]["callID"], "c3");
     let replied: Vec<&serde_json::Value> = run
         .events
         .iter()

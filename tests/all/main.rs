@@ -6,6 +6,7 @@
 mod common;
 mod mock_provider;
 
+mod adversarial;
 mod bad_input;
 mod builtin_tools;
 mod cli;
@@ -13,6 +14,9 @@ mod conformance;
 mod crash;
 mod hooks;
 mod loop_rules;
+mod mcp;
+mod opencode;
+mod plugin_new;
 mod provider_faults;
 mod providers;
 mod read_tool;

@@ -120,7 +120,7 @@ fn a_429_waits_as_long_as_retry_after_says_then_succeeds() {
     // attempt was scheduled at least a second after the step began.
     let msgs = env.ledger().messages(&run.session()).unwrap();
     let created = match &assistants(&msgs)[0].info {
-        MessageInfo::Assistant(a) => a.created,
+        MessageInfo::Assistant(a) => a.time.created,
         MessageInfo::User(_) => unreachable!(),
     };
     assert!(
@@ -289,7 +289,11 @@ fn a_malformed_event_fails_the_step_without_retrying() {
         .filter(|e| e["type"] == "session.error")
         .collect();
     assert_eq!(session_errors.len(), 1);
-    assert_eq!(session_errors[0]["error"]["message"], error.as_str());
+    assert_eq!(session_errors[0]["error"]["name"], "APIError");
+    assert_eq!(
+        session_errors[0]["error"]["data"]["message"],
+        error.as_str()
+    );
     let msgs = env.ledger().messages(&run.session()).unwrap();
     let a = assistants(&msgs)[0];
     assert_eq!(texts(a), ["Hi"], "the text before the bad event is kept");

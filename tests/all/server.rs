@@ -16,9 +16,9 @@ use warden_protocol::ToolState;
 use crate::common::*;
 
 /// A running `warden serve`; killed when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    base: String,
+    pub(crate) base: String,
 }
 
 impl Drop for Server {
@@ -30,7 +30,14 @@ impl Drop for Server {
 
 impl Server {
     fn start(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Server {
-        let mut args = vec!["serve", "--port", "0", "--allow-scripted"];
+        let mut args = vec!["--allow-scripted"];
+        args.extend_from_slice(extra);
+        Server::launch(env, &args, vars)
+    }
+
+    /// `warden serve --port 0 ARGS` with these environment variables.
+    pub(crate) fn launch(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Server {
+        let mut args = vec!["serve", "--port", "0"];
         args.extend_from_slice(extra);
         let mut cmd = env.warden(&args);
         for (k, v) in vars {
@@ -53,7 +60,7 @@ impl Server {
         Server { child, base }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 }
@@ -89,7 +96,7 @@ async fn subscribe(url: String) -> mpsc::UnboundedReceiver<Value> {
         while let Some(Ok(chunk)) = stream.next().await {
             for e in parser.push(&chunk).unwrap() {
                 if let Ok(v) = serde_json::from_str::<Value>(&e.data) {
-                    let _ = tx.send(v);
+                    let _ = tx.send(flat(v));
                 }
             }
         }
@@ -120,11 +127,9 @@ fn is_idle(e: &Value) -> bool {
     e["type"] == "session.status" && e["status"]["type"] == "idle"
 }
 
-fn model(env: &Env) -> String {
-    format!(
-        "scripted:{}",
-        env.root.path().join("cassette.json").display()
-    )
+/// The scripted model, as OpenCode's clients name a model.
+fn model(env: &Env) -> Value {
+    json!({"providerID": "scripted", "modelID": env.root.path().join("cassette.json").display().to_string()})
 }
 
 async fn new_session(c: &reqwest::Client, s: &Server, env: &Env) -> String {
@@ -135,7 +140,7 @@ async fn new_session(c: &reqwest::Client, s: &Server, env: &Env) -> String {
         Some(json!({"directory": env.project().display().to_string()})),
     )
     .await;
-    assert_eq!(status, 201, "{body}");
+    assert_eq!(status, 200, "{body}");
     body["id"].as_str().unwrap().to_string()
 }
 
@@ -160,7 +165,7 @@ async fn a_session_driven_over_http_streams_every_state_in_order() {
         &c,
         "POST",
         &s.url(&format!("/session/{id}/message")),
-        Some(json!({"text": "which scripts?", "model": model(&env)})),
+        Some(json!({"parts": [{"type": "text", "text": "which scripts?"}], "model": model(&env)})),
     )
     .await;
     assert_eq!(status, 200, "{answer}");
@@ -168,12 +173,12 @@ async fn a_session_driven_over_http_streams_every_state_in_order() {
     assert_eq!(answer["parts"][1]["text"], "One script: build.");
 
     let seen = until(&mut events, is_idle).await;
-    assert!(seen.iter().all(|e| e["session_id"] == id.as_str()
-        || e["part"]["session_id"] == id.as_str()
-        || e["info"]["session_id"] == id.as_str()));
+    assert!(seen.iter().all(|e| e["sessionID"] == id.as_str()
+        || e["part"]["sessionID"] == id.as_str()
+        || e["info"]["sessionID"] == id.as_str()));
     let states: Vec<String> = seen
         .iter()
-        .filter(|e| e["type"] == "part.updated" && e["part"]["type"] == "tool")
+        .filter(|e| e["type"] == "message.part.updated" && e["part"]["type"] == "tool")
         .map(|e| e["part"]["state"]["status"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(states, ["pending", "running", "completed"]);
@@ -212,11 +217,11 @@ async fn a_session_driven_over_http_streams_every_state_in_order() {
     assert_eq!(status, 200);
     for path in [
         "/session",
-        "/session/{id}/message",
-        "/session/{id}/prompt_async",
-        "/session/{id}/abort",
+        "/session/{sessionID}/message",
+        "/session/{sessionID}/prompt_async",
+        "/session/{sessionID}/abort",
         "/event",
-        "/permission/{id}",
+        "/permission/{requestID}/reply",
         "/plugin",
     ] {
         assert!(doc["paths"].get(path).is_some(), "{path} missing from /doc");
@@ -250,12 +255,12 @@ async fn a_permission_ask_answered_over_http_decides_the_call() {
             &c,
             "POST",
             &s.url(&format!("/session/{id}/prompt_async")),
-            Some(json!({"text": "read a.txt", "model": model(&env)})),
+            Some(json!({"parts": [{"type": "text", "text": "read a.txt"}], "model": model(&env)})),
         )
         .await;
-        assert_eq!(status, 202);
+        assert_eq!(status, 204);
         let seen = until(&mut events, |e| e["type"] == "permission.asked").await;
-        let ask = &seen.last().unwrap()["request"];
+        let ask = seen.last().unwrap();
         assert_eq!(
             (ask["permission"].as_str(), ask["patterns"][0].as_str()),
             (Some("read"), Some("a.txt"))
@@ -272,7 +277,7 @@ async fn a_permission_ask_answered_over_http_decides_the_call() {
         let (status, _) = send(
             &c,
             "POST",
-            &s.url(&format!("/permission/{rid}")),
+            &s.url(&format!("/permission/{rid}/reply")),
             Some(json!({"reply": reply})),
         )
         .await;
@@ -281,7 +286,7 @@ async fn a_permission_ask_answered_over_http_decides_the_call() {
         let last_state = seen
             .iter()
             .rev()
-            .find(|e| e["type"] == "part.updated" && e["part"]["type"] == "tool")
+            .find(|e| e["type"] == "message.part.updated" && e["part"]["type"] == "tool")
             .unwrap()["part"]["state"]
             .clone();
         assert_eq!(last_state["status"], expect, "{reply}: {last_state}");
@@ -298,7 +303,7 @@ async fn a_permission_ask_answered_over_http_decides_the_call() {
         let (status, err) = send(
             &c,
             "POST",
-            &s.url(&format!("/permission/{rid}")),
+            &s.url(&format!("/permission/{rid}/reply")),
             Some(json!({"reply": "once"})),
         )
         .await;
@@ -328,7 +333,7 @@ async fn a_client_watching_another_session_does_not_make_this_one_wait() {
         &c,
         "POST",
         &s.url(&format!("/session/{unwatched}/message")),
-        Some(json!({"text": "read a.txt", "model": model(&env)})),
+        Some(json!({"parts": [{"type": "text", "text": "read a.txt"}], "model": model(&env)})),
     )
     .await;
     assert_eq!(status, 200, "{body}");
@@ -380,7 +385,9 @@ async fn fifty_concurrent_prompts_on_one_session_are_answered_in_order() {
                 &c,
                 "POST",
                 &url,
-                Some(json!({"text": format!("prompt {k}"), "model": m})),
+                Some(
+                    json!({"parts": [{"type": "text", "text": format!("prompt {k}")}], "model": m}),
+                ),
             )
             .await;
             assert_eq!(status, 200, "{body}");
@@ -437,7 +444,7 @@ async fn two_hundred_sessions_at_once_all_complete() {
                 &c,
                 "POST",
                 &url,
-                Some(json!({"text": "read a.txt", "model": m})),
+                Some(json!({"parts": [{"type": "text", "text": "read a.txt"}], "model": m})),
             )
             .await
         }
@@ -475,13 +482,13 @@ async fn abort_stops_a_running_guest_and_the_next_prompt_works() {
         &c,
         "POST",
         &s.url(&format!("/session/{id}/prompt_async")),
-        Some(json!({"text": "go", "model": model(&env)})),
+        Some(json!({"parts": [{"type": "text", "text": "go"}], "model": model(&env)})),
     )
     .await;
-    assert_eq!(status, 202);
+    assert_eq!(status, 204);
     until(&mut events, |e| e["part"]["state"]["status"] == "running").await;
     let (status, aborted) = send(&c, "POST", &s.url(&format!("/session/{id}/abort")), None).await;
-    assert_eq!((status, aborted["aborted"].clone()), (200, json!(true)));
+    assert_eq!((status, aborted), (200, json!(true)));
     let seen = until(&mut events, is_idle).await;
     let last = seen
         .iter()
@@ -503,7 +510,7 @@ async fn abort_stops_a_running_guest_and_the_next_prompt_works() {
         &c,
         "POST",
         &s.url(&format!("/session/{id}/message")),
-        Some(json!({"text": "and now?", "model": model(&env)})),
+        Some(json!({"parts": [{"type": "text", "text": "and now?"}], "model": model(&env)})),
     )
     .await;
     assert_eq!(status, 200, "{answer}");
@@ -549,7 +556,7 @@ async fn bad_requests_get_json_errors_and_change_nothing() {
             raw(
                 "POST",
                 s.url("/session/ses_nope/message"),
-                Some(("application/json", br#"{"text": "x"}"#.to_vec())),
+                Some(("application/json", br#"{"parts": [{"type": "text", "text": "x"}]}"#.to_vec())),
             )
             .await,
             404,
@@ -560,7 +567,7 @@ async fn bad_requests_get_json_errors_and_change_nothing() {
             raw(
                 "POST",
                 msg.clone(),
-                Some(("application/json", b"{\"text\": ".to_vec())),
+                Some(("application/json", b"{\"parts\": ".to_vec())),
             )
             .await,
             400,
@@ -571,7 +578,7 @@ async fn bad_requests_get_json_errors_and_change_nothing() {
             raw(
                 "POST",
                 msg.clone(),
-                Some(("application/json", br#"{"text": 5}"#.to_vec())),
+                Some(("application/json", br#"{"parts": [{"type": "text", "text": 5}]}"#.to_vec())),
             )
             .await,
             400,
@@ -582,7 +589,7 @@ async fn bad_requests_get_json_errors_and_change_nothing() {
             raw(
                 "POST",
                 msg.clone(),
-                Some(("application/json", br#"{"text": "x", "txt": 1}"#.to_vec())),
+                Some(("application/json", br#"{"parts": [{"type": "text", "text": "x"}], "txt": 1}"#.to_vec())),
             )
             .await,
             400,
@@ -593,7 +600,21 @@ async fn bad_requests_get_json_errors_and_change_nothing() {
             raw(
                 "POST",
                 msg.clone(),
-                Some(("application/json", br#"{"text": "  "}"#.to_vec())),
+                Some(("application/json", br#"{"parts": [{"type": "text", "text": "  "}]}"#.to_vec())),
+            )
+            .await,
+            400,
+            "bad_request",
+        ),
+        (
+            "a file part",
+            raw(
+                "POST",
+                msg.clone(),
+                Some((
+                    "application/json",
+                    br#"{"parts": [{"type": "file", "mime": "text/plain", "url": "file:///etc/passwd"}]}"#.to_vec(),
+                )),
             )
             .await,
             400,
@@ -606,7 +627,7 @@ async fn bad_requests_get_json_errors_and_change_nothing() {
                 msg.clone(),
                 Some((
                     "application/json",
-                    br#"{"text": "x", "model": "nope"}"#.to_vec(),
+                    br#"{"parts": [{"type": "text", "text": "x"}], "model": {"providerID": "nope", "modelID": "x"}}"#.to_vec(),
                 )),
             )
             .await,
@@ -626,7 +647,7 @@ async fn bad_requests_get_json_errors_and_change_nothing() {
                 msg.clone(),
                 Some((
                     "application/json",
-                    format!("{{\"text\": \"{}\"}}", "x".repeat(2 << 20)).into_bytes(),
+                    format!("{{\"parts\": [{{\"type\": \"text\", \"text\": \"{}\"}}]}}", "x".repeat(2 << 20)).into_bytes(),
                 )),
             )
             .await,
@@ -649,7 +670,7 @@ async fn bad_requests_get_json_errors_and_change_nothing() {
             "bad reply",
             raw(
                 "POST",
-                s.url("/permission/per_x"),
+                s.url("/permission/per_x/reply"),
                 Some(("application/json", br#"{"reply": "maybe"}"#.to_vec())),
             )
             .await,
@@ -717,6 +738,190 @@ async fn a_token_guards_every_request_and_is_required_off_loopback() {
     assert_eq!(events.status().as_u16(), 401);
     let events = c.get(s.url("/event?token=s3cret")).send().await.unwrap();
     assert_eq!(events.status().as_u16(), 200);
+
+    // OpenCode's clients send HTTP Basic, user `opencode`, and the password
+    // from OPENCODE_SERVER_PASSWORD; the server takes it from there too.
+    drop(s);
+    let s = Server::start(&env, &[], &[("OPENCODE_SERVER_PASSWORD", "pw")]);
+    for (user, password, want) in [
+        ("opencode", "pw", 200),
+        ("opencode", "px", 401),
+        ("someone", "pw", 401),
+    ] {
+        let r = c
+            .get(s.url("/session"))
+            .basic_auth(user, Some(password))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), want, "{user}:{password}");
+    }
+    let (status, _) = send(&c, "GET", &s.url("/session"), None).await;
+    assert_eq!(status, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_lets_the_named_origins_in_and_no_others() {
+    let env = Env::new();
+    let s = Server::start(&env, &["--cors", "https://app.example"], &[]);
+    let c = client();
+    let preflight = c
+        .request(reqwest::Method::OPTIONS, s.url("/session"))
+        .header("origin", "https://app.example")
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "authorization, content-type",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preflight.status().as_u16(), 204);
+    let h = preflight.headers();
+    assert_eq!(h["access-control-allow-origin"], "https://app.example");
+    assert_eq!(
+        h["access-control-allow-headers"],
+        "authorization, content-type"
+    );
+    assert!(
+        h["access-control-allow-methods"]
+            .to_str()
+            .unwrap()
+            .contains("POST")
+    );
+    let allowed = c
+        .get(s.url("/session"))
+        .header("origin", "https://app.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(allowed.status().as_u16(), 200);
+    assert_eq!(
+        allowed.headers()["access-control-allow-origin"],
+        "https://app.example"
+    );
+    let other = c
+        .get(s.url("/session"))
+        .header("origin", "https://other.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status().as_u16(), 403);
+    assert!(other.headers().get("access-control-allow-origin").is_none());
+    let out = env
+        .warden(&["serve", "--port", "0", "--cors", "app.example"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not an origin"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_start_up_catalogue_is_answered_from_warden_s_own_config() {
+    let env = Env::new();
+    let cassette = env.cassette(json!([{"delay_ms": 60000, "text": "slow"}]));
+    env.config(json!({"agent": {"review": {"description": "Reads only.", "steps": 3}}}));
+    let path = cassette.display().to_string();
+    let s = Server::launch(&env, &["--model", &format!("scripted:{path}")], &[]);
+    let c = client();
+    let get = |p: &str| {
+        let (c, url) = (c.clone(), s.url(p));
+        async move { send(&c, "GET", &url, None).await }
+    };
+
+    let (_, providers) = get("/config/providers").await;
+    assert_eq!(providers["default"], json!({"scripted": path}));
+    assert_eq!(providers["providers"][0]["id"], "scripted");
+    assert_eq!(
+        providers["providers"][0]["models"][&path]["providerID"],
+        "scripted"
+    );
+    let (_, all) = get("/provider").await;
+    assert_eq!(all["connected"], json!(["scripted"]));
+    let (_, config) = get("/config").await;
+    assert_eq!(config["model"], format!("scripted/{path}"));
+    assert_eq!(config["default_agent"], "build");
+    let (_, agents) = get("/agent").await;
+    let names: Vec<&str> = agents
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["build", "review"], "the default agent first");
+    assert_eq!(agents[1]["description"], "Reads only.");
+    assert_eq!(agents[1]["mode"], "primary");
+    let (_, paths) = get("/path").await;
+    assert_eq!(paths["worktree"], env.project().display().to_string());
+    assert_eq!(paths["state"], env.data().display().to_string());
+    let (_, project) = get("/project/current").await;
+    assert_eq!(project["id"], "global");
+    for (route, empty) in [
+        ("/command", json!([])),
+        ("/formatter", json!([])),
+        ("/lsp", json!([])),
+        ("/mcp", json!({})),
+        ("/experimental/workspace", json!([])),
+        ("/provider/auth", json!({})),
+    ] {
+        assert_eq!(get(route).await, (200, empty), "{route}");
+    }
+    let (status, api) = get("/api/skill").await;
+    assert_eq!((status, &api["data"]), (200, &json!([])));
+    assert_eq!(get("/api/nope").await.0, 404);
+    let (_, vcs) = get("/vcs").await;
+    assert_eq!(vcs["branch"], Value::Null);
+
+    // Session status lists busy sessions only; the global stream wraps
+    // each envelope with the session's directory.
+    let mut global = subscribe(s.url("/global/event")).await;
+    let first = global.recv().await.unwrap();
+    assert_eq!(first["payload"]["type"], "server.connected");
+    assert_eq!(first["payload"]["properties"], json!({}));
+    assert!(first["payload"]["id"].as_str().unwrap().starts_with("evt_"));
+    let id = new_session(&c, &s, &env).await;
+    assert_eq!(get("/session/status").await, (200, json!({})));
+    let (status, _) = send(
+        &c,
+        "POST",
+        &s.url(&format!("/session/{id}/prompt_async")),
+        Some(json!({"parts": [{"type": "text", "text": "go"}]})),
+    )
+    .await;
+    assert_eq!(status, 204);
+    let seen = until(&mut global, |e| {
+        e["payload"]["type"] == "session.status"
+            && e["payload"]["properties"]["status"]["type"] == "busy"
+    })
+    .await;
+    let busy = seen.last().unwrap();
+    assert_eq!(busy["directory"], env.project().display().to_string());
+    assert_eq!(busy["payload"]["properties"]["sessionID"], id.as_str());
+    assert_eq!(
+        get("/session/status").await,
+        (200, json!({id.clone(): {"type": "busy"}}))
+    );
+    let (status, aborted) = send(&c, "POST", &s.url(&format!("/session/{id}/abort")), None).await;
+    assert_eq!((status, aborted), (200, json!(true)));
+    let seen = until(&mut global, |e| e["payload"]["type"] == "session.idle").await;
+    let kinds: Vec<&str> = seen
+        .iter()
+        .filter(|e| e["payload"]["properties"]["sessionID"] == id.as_str())
+        .filter_map(|e| e["payload"]["type"].as_str())
+        .filter(|t| t.starts_with("session."))
+        .collect();
+    assert_eq!(kinds, ["session.status", "session.idle"]);
+    for route in ["todo", "diff", "children"] {
+        assert_eq!(
+            get(&format!("/session/{id}/{route}")).await,
+            (200, json!([])),
+            "{route}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -738,10 +943,10 @@ async fn two_servers_on_one_ledger_never_run_a_session_at_once_and_one_takes_ove
         &c,
         "POST",
         &a.url(&format!("/session/{id}/prompt_async")),
-        Some(json!({"text": "go", "model": model(&env)})),
+        Some(json!({"parts": [{"type": "text", "text": "go"}], "model": model(&env)})),
     )
     .await;
-    assert_eq!(status, 202);
+    assert_eq!(status, 204);
     until(&mut events, |e| e["part"]["state"]["status"] == "running").await;
 
     // B refuses to run a session A is running, and writes nothing.
@@ -749,7 +954,7 @@ async fn two_servers_on_one_ledger_never_run_a_session_at_once_and_one_takes_ove
         &c,
         "POST",
         &b.url(&format!("/session/{id}/message")),
-        Some(json!({"text": "me too", "model": model(&env)})),
+        Some(json!({"parts": [{"type": "text", "text": "me too"}], "model": model(&env)})),
     )
     .await;
     assert_eq!(
@@ -773,7 +978,7 @@ async fn two_servers_on_one_ledger_never_run_a_session_at_once_and_one_takes_ove
         &c,
         "POST",
         &b.url(&format!("/session/{id}/message")),
-        Some(json!({"text": "me too", "model": model(&env)})),
+        Some(json!({"parts": [{"type": "text", "text": "me too"}], "model": model(&env)})),
     )
     .await;
     assert_eq!(status, 409, "A's lease is kept fresh while it runs");
@@ -864,7 +1069,7 @@ async fn without_a_token_only_localhost_names_and_no_cassettes_unless_allowed() 
         &c,
         "POST",
         &s.url(&format!("/session/{id}/message")),
-        Some(json!({"text": "hi", "model": model(&env)})),
+        Some(json!({"parts": [{"type": "text", "text": "hi"}], "model": model(&env)})),
     )
     .await;
     assert_eq!(status, 400);

@@ -15,7 +15,7 @@ use serde_json::json;
 use warden_core::Bus;
 use warden_core::ledger::{Ledger, PartWrite, id};
 use warden_core::tool::{CallContext, CallObserver, ToolHost, ToolOutput};
-use warden_protocol::{MessageId, MessageInfo, ModelRef, Part, PartBody, SessionId, UserInfo};
+use warden_protocol::{MessageId, MessageInfo, MessageTime, ModelRef, Part, PartBody, SessionId, UserInfo};
 use warden_runtime::engine::Sandbox;
 use wasmtime::Store;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
@@ -220,7 +220,7 @@ pub async fn measure(work: &Path, n: usize) -> Result<Floors> {
     let user = MessageInfo::User(UserInfo {
         id: MessageId(id::ascending("msg")),
         session_id: s.id.clone(),
-        created: 0,
+        time: MessageTime::at(0),
         agent: "build".into(),
         model: ModelRef {
             provider: "scripted".into(),

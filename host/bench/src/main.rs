@@ -14,6 +14,7 @@ mod alloc;
 mod common;
 mod floor;
 mod ingest;
+mod languages;
 mod mock;
 mod p1;
 mod p2;
@@ -46,6 +47,7 @@ const PARTS: &[&str] = &[
     "p3",
     "p4",
     "ingest",
+    "langs",
 ];
 
 /// Measure warden against the bare floor and print the table.
@@ -61,7 +63,7 @@ struct Args {
     /// Also write the table as Markdown here.
     #[arg(long)]
     markdown: Option<PathBuf>,
-    /// Run only these parts (comma-separated: floor, p1, p2, rss, first-run, p3, p4, ingest).
+    /// Run only these parts (comma-separated: floor, p1, p2, rss, first-run, p3, p4, ingest, langs).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Keep the scratch directory (ledgers, cassettes, cache) to inspect it afterwards.
@@ -138,7 +140,7 @@ async fn bench(args: Args) -> Result<()> {
 async fn run_all(args: &Args, work: &Path) -> Result<Vec<Row>> {
     let q = args.quick;
     let want = |part: &str| args.only.is_empty() || args.only.iter().any(|o| o == part);
-    let needs_binary = ["rss", "first-run", "p3"].iter().any(|p| want(p));
+    let needs_binary = ["rss", "first-run", "p3", "langs"].iter().any(|p| want(p));
     let warden = if needs_binary {
         Some(common::warden_binary(args.warden.as_deref())?)
     } else {
@@ -188,6 +190,12 @@ async fn run_all(args: &Args, work: &Path) -> Result<Vec<Row>> {
     if want("ingest") {
         eprintln!("bench: streaming ingest…");
         rows.extend(ingest::measure(work, if q { 2000 } else { 10_000 }).await?);
+    }
+    if want("langs")
+        && let Some(warden) = &warden
+    {
+        eprintln!("bench: a tool per guest language (Rust, Python, JavaScript)…");
+        rows.extend(languages::languages(work, warden, if q { 50 } else { 300 }).await?);
     }
     Ok(rows)
 }

@@ -38,8 +38,11 @@ pub fn config(common: &Common, dir: &Path) -> Result<(Config, Option<PathBuf>)> 
     }
 }
 
-/// Open the ledger in the data dir.
+/// Open the ledger in the data dir, which is created (or tightened to be)
+/// readable by its owner only: it holds every session and the compiled code
+/// warden runs.
 pub fn ledger(data_dir: &Path) -> Result<Ledger> {
+    warden_runtime::cache::owner_only_dir(data_dir).map_err(|e| anyhow::anyhow!(e))?;
     let path = data_dir.join("ledger.db");
     Ledger::open(&path, Bus::new())
         .with_context(|| format!("cannot open the ledger at {}", path.display()))
@@ -57,11 +60,12 @@ pub async fn build(common: &Common, dir: &Path) -> Result<App> {
     let data_dir = data_dir(common)?;
     let (config, config_path) = config(common, dir)?;
     let ledger = ledger(&data_dir)?;
-    let host = Arc::new(
-        load_host(&config, &data_dir)
-            .await
-            .context("cannot load the plugins")?,
-    );
+    let mut host = load_host(&config, &data_dir)
+        .await
+        .context("cannot load the plugins")?;
+    for note in host.cache_rejections() {
+        eprintln!("warning: {note}");
+    }
     let mut options = CoreOptions::default();
     if let Some(ms) = std::env::var("WARDEN_LEASE_TTL_MS")
         .ok()
@@ -93,9 +97,22 @@ pub async fn build(common: &Common, dir: &Path) -> Result<App> {
             });
         }
     }
+    // The same files are kept from every guest, whatever its grants.
+    host.protect(options.protected.iter().map(|p| p.path.clone()));
+    let host = Arc::new(host);
+    // The config's MCP servers join the plugins' tools behind the same boundary.
+    let tools: Arc<dyn warden_core::tool::ToolHost> = if config.mcp.is_empty() {
+        host.clone()
+    } else {
+        Arc::new(
+            warden_mcp::McpTools::connect(host.clone(), &config)
+                .await
+                .context("cannot start the MCP servers")?,
+        )
+    };
     let core = Core::new(
         ledger,
-        host.clone(),
+        tools,
         Arc::new(Models::from_config(&config)),
         config,
         options,

@@ -11,7 +11,9 @@ macro_rules! say {
 }
 
 mod app;
+mod author;
 mod demo;
+mod mcp_cmd;
 mod plugin_cmd;
 mod render;
 mod run;
@@ -79,6 +81,8 @@ enum Command {
     },
     /// Serve the HTTP API and the live event stream.
     Serve(serve::ServeArgs),
+    /// Serve every loaded tool to MCP clients over stdio (each call checked like a session's).
+    Mcp(mcp_cmd::McpArgs),
     /// Inspect the plugins the config loads.
     Plugin {
         #[command(subcommand)]
@@ -115,6 +119,7 @@ fn main() -> ExitCode {
             Command::Trace { id, format, common } => trace::trace(&id, format, common),
             Command::Plugin { command, common } => plugin_cmd::plugin(command, common).await,
             Command::Serve(args) => serve::serve(args).await,
+            Command::Mcp(args) => mcp_cmd::mcp(args).await,
         }
     });
     match result {

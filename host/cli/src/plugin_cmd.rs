@@ -22,15 +22,19 @@ pub enum PluginCommand {
     Inspect { name: String },
     /// Load every plugin (integrity, contract, self-description) and report.
     Verify,
-    /// Install a component into the plugins directory with its grants, pinned by sha256.
+    /// Install a component (.wasm) or a plugin project folder (built first) with its grants, pinned by sha256.
     Add(AddArgs),
+    /// Create a plugin project (tool or hook) in Rust, Python or JavaScript.
+    New(crate::author::NewArgs),
+    /// Build a plugin project to a component, installing its toolchain when missing.
+    Build(crate::author::BuildArgs),
 }
 
 #[derive(clap::Args)]
 pub struct AddArgs {
-    /// The component (.wasm) to install.
+    /// The component (.wasm) to install, or a plugin project folder (`warden plugin new`).
     pub path: std::path::PathBuf,
-    /// Its name (default: the file name without extension).
+    /// Its name (default: the project's name, or the file name without extension).
     #[arg(long)]
     pub name: Option<String>,
     /// Grant a directory: PATH, PATH:ro or PATH:rw (`.` is the session's working directory). Repeatable.
@@ -48,6 +52,13 @@ pub struct AddArgs {
     pub timeout_ms: Option<u64>,
     #[arg(long)]
     pub max_output_kb: Option<u64>,
+    /// How the permission rules see a tool: `TOOL:PERMISSION`, optionally
+    /// with `:path=ARG` or `:url=ARG` naming the argument that holds its
+    /// path or URL (e.g. `wordcount:read:path=file`). Repeatable. A tool of a
+    /// plugin granted directories or hosts without one is asked about, never
+    /// allowed by a `*` rule.
+    #[arg(long = "tool")]
+    pub tools: Vec<String>,
     /// For hooks: let calls through when the hook fails.
     #[arg(long)]
     pub fail_open: bool,
@@ -63,12 +74,13 @@ async fn add(
     data_dir: &std::path::Path,
 ) -> Result<ExitCode> {
     use warden_core::config::{DirGrant, DirMode, Grants, PluginConfig};
-    let bytes = std::fs::read(&args.path)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.path.display()))?;
-    let name = match &args.name {
-        Some(n) => n.clone(),
-        None => args
-            .path
+    let (path, project) = crate::author::component_of(&args.path, data_dir)?;
+    let project_name = project.as_ref().map(|p| p.name.clone());
+    let bytes =
+        std::fs::read(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let name = match args.name.clone().or(project_name) {
+        Some(n) => n,
+        None => path
             .file_stem()
             .map(|s| s.to_string_lossy().replace(['.', ' '], "-"))
             .unwrap_or_else(|| "plugin".into()),
@@ -96,6 +108,9 @@ async fn add(
     if let Some(o) = args.max_output_kb {
         grants.max_output_kb = o;
     }
+    // The project's own mappings, then the flags over them.
+    let mut tools = project.map(|p| p.tools).unwrap_or_default();
+    tools.extend(tool_mappings(&args.tools).map_err(|e| anyhow::anyhow!(e))?);
     // Load it once exactly as it will run (integrity, contract, self-description).
     let staged = tempfile_path(&bytes)?;
     let mut trial = config.clone();
@@ -105,9 +120,15 @@ async fn add(
         path: staged.clone(),
         sha256: None,
         grants: grants.clone(),
-        tools: Default::default(),
+        tools: tools.clone(),
         fail_open: args.fail_open,
     }];
+    // Compiling here, into the cache sessions load from, means no session pays for it.
+    let started = std::time::Instant::now();
+    eprintln!(
+        "warden: compiling {name} ({:.1} MB) for this machine",
+        bytes.len() as f64 / 1e6
+    );
     let host = WasmHost::load(
         &trial,
         Some(data_dir.join("cache").join("components")),
@@ -116,10 +137,20 @@ async fn add(
     .await;
     let _ = std::fs::remove_file(&staged);
     let host = host?;
+    let stats = host.compile_stats();
+    eprintln!(
+        "warden: {} in {:.1} s",
+        if stats.compiled > 0 {
+            "compiled and cached"
+        } else {
+            "already compiled (cache)"
+        },
+        started.elapsed().as_secs_f64()
+    );
     let manifest = warden_runtime::plugin_dir::Manifest {
         sha256: None,
         grants,
-        tools: Default::default(),
+        tools,
         fail_open: args.fail_open,
     };
     let folder = warden_runtime::plugin_dir::install(
@@ -139,6 +170,41 @@ async fn add(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `--tool TOOL:PERMISSION[:path=ARG|:url=ARG]` flags as tool settings.
+fn tool_mappings(
+    flags: &[String],
+) -> Result<std::collections::BTreeMap<String, warden_core::config::ToolSettings>, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for flag in flags {
+        let bad = || {
+            format!(
+                "--tool {flag:?}: give TOOL:PERMISSION, optionally with :path=ARG or :url=ARG (e.g. wordcount:read:path=file)"
+            )
+        };
+        let mut parts = flag.splitn(3, ':');
+        let (Some(tool), Some(permission)) = (parts.next(), parts.next()) else {
+            return Err(bad());
+        };
+        if tool.is_empty() || permission.is_empty() || permission.contains(['*', '?']) {
+            return Err(bad());
+        }
+        let mut settings = warden_core::config::ToolSettings {
+            permission: Some(permission.to_string()),
+            ..Default::default()
+        };
+        match parts.next().map(|a| a.split_once('=')) {
+            None => {}
+            Some(Some(("path", arg))) if !arg.is_empty() => settings.path_arg = Some(arg.into()),
+            Some(Some(("url", arg))) if !arg.is_empty() => settings.url_arg = Some(arg.into()),
+            Some(_) => return Err(bad()),
+        }
+        if out.insert(tool.to_string(), settings).is_some() {
+            return Err(format!("--tool {tool} is given twice"));
+        }
+    }
+    Ok(out)
+}
+
 fn tempfile_path(bytes: &[u8]) -> Result<std::path::PathBuf> {
     let path = std::env::temp_dir().join(format!(
         "warden-plugin-add-{}-{}.wasm",
@@ -149,7 +215,23 @@ fn tempfile_path(bytes: &[u8]) -> Result<std::path::PathBuf> {
     Ok(path)
 }
 
+/// Each directory grant as it resolves from `cwd` (through every link), or
+/// why it cannot be used.
+fn resolved_dirs(p: &LoadedPlugin, cwd: &std::path::Path) -> Vec<Value> {
+    p.grants
+        .dirs
+        .iter()
+        .map(
+            |d| match warden_runtime::sandbox::resolve_dir(&d.path, cwd.to_str(), &[]) {
+                Ok(real) => json!({"path": d.path, "resolved": real.display().to_string()}),
+                Err(e) => json!({"path": d.path, "error": e}),
+            },
+        )
+        .collect()
+}
+
 pub fn describe(p: &LoadedPlugin) -> Value {
+    let cwd = std::env::current_dir().unwrap_or_default();
     json!({
         "name": &*p.name,
         "builtin": p.builtin,
@@ -159,16 +241,22 @@ pub fn describe(p: &LoadedPlugin) -> Value {
         "contract": p.contract,
         "tools": p.tools().iter().map(|t| json!({
             "id": t.id, "description": t.description, "parameters": t.parameters,
-            "permission": t.permission, "pattern": t.pattern,
+            "permission": t.permission, "pattern": t.pattern, "mapped": t.mapped,
         })).collect::<Vec<_>>(),
         "hooks": p.hook().map(|h| json!({"before": h.before, "after": h.after, "fail_open": h.fail_open})),
         "grants": p.grants,
+        "dirs_resolved": resolved_dirs(p, &cwd),
     })
 }
 
 pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> {
     let cwd = std::env::current_dir()?;
     let data_dir = app::data_dir(&common)?;
+    let command = match command {
+        PluginCommand::New(args) => return crate::author::new(args),
+        PluginCommand::Build(args) => return crate::author::build(args, &data_dir),
+        other => other,
+    };
     let (config, config_path) = app::config(&common, &cwd)?;
     let command = match command {
         PluginCommand::Add(args) => return add(args, &config, &data_dir).await,
@@ -177,6 +265,8 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
     let loaded = app::load_host(&config, &data_dir).await;
     match command {
         PluginCommand::Add(args) => add(args, &config, &data_dir).await,
+        PluginCommand::New(args) => crate::author::new(args),
+        PluginCommand::Build(args) => crate::author::build(args, &data_dir),
         PluginCommand::Verify => match loaded {
             Ok(host) => {
                 for p in host.plugins() {
@@ -220,19 +310,25 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
                             .join(", ")
                     ),
                 };
+                let resolved = resolved_dirs(p, &cwd);
                 let dirs: Vec<String> = p
                     .grants
                     .dirs
                     .iter()
-                    .map(|d| {
+                    .zip(&resolved)
+                    .map(|(d, r)| {
                         format!(
-                            "{}:{}",
+                            "{}:{} → {}",
                             d.path,
                             if d.mode == warden_core::config::DirMode::ReadOnly {
                                 "ro"
                             } else {
                                 "rw"
-                            }
+                            },
+                            r["resolved"].as_str().map_or_else(
+                                || format!("unusable: {}", r["error"]),
+                                str::to_string
+                            )
                         )
                     })
                     .collect();
@@ -251,6 +347,9 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
             }
             for (name, why) in host.skipped() {
                 say!("{name} (built-in, not loaded)  {why}");
+            }
+            for (name, server) in &config.mcp {
+                say!("{}", crate::mcp_cmd::describe_server(name, server));
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -9,7 +9,7 @@ use tokio::sync::broadcast::error::RecvError;
 use warden_core::Core;
 use warden_protocol::{
     Event, MessageInfo, MessageWithParts, PartBody, PermissionReply, SessionId, SessionStatus,
-    ToolState,
+    ToolState, next_event_id,
 };
 
 use crate::Format;
@@ -60,7 +60,8 @@ impl Renderer {
             return;
         }
         if self.format == Format::Json {
-            if let Ok(line) = serde_json::to_string(event) {
+            // The same envelope as the server's event stream.
+            if let Ok(line) = serde_json::to_string(&event.envelope(next_event_id())) {
                 let mut out = std::io::stdout().lock();
                 let _ = writeln!(out, "{line}");
                 let _ = out.flush();

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use warden_core::PromptInput;
 use warden_core::llm::Models;
-use warden_protocol::{MessageInfo, MessageWithParts, SessionId};
+use warden_protocol::{MessageInfo, MessageWithParts, SessionId, next_event_id};
 
 use crate::{Common, Format, app, render};
 
@@ -96,7 +96,8 @@ pub fn finish(
             if format == Format::Json {
                 say!(
                     "{}",
-                    serde_json::json!({"type": "run.finished", "session_id": session, "error": e.to_string()})
+                    serde_json::json!({"id": next_event_id(), "type": "run.finished",
+                        "properties": {"sessionID": session, "error": e.to_string()}})
                 );
             }
             return Err(e.into());
@@ -110,11 +111,14 @@ pub fn finish(
         say!(
             "{}",
             serde_json::json!({
+                "id": next_event_id(),
                 "type": "run.finished",
-                "session_id": session,
-                "message_id": message.info.id(),
-                "text": message.text(),
-                "error": error.as_ref().map(|e| e.message().to_string()),
+                "properties": {
+                    "sessionID": session,
+                    "messageID": message.info.id(),
+                    "text": message.text(),
+                    "error": error.as_ref().map(|e| e.message().to_string()),
+                },
             })
         );
     }

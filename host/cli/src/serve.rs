@@ -19,9 +19,19 @@ pub struct ServeArgs {
     /// The port (0 picks a free one; the chosen address is printed).
     #[arg(long, default_value_t = 4096)]
     pub port: u16,
-    /// A token every request must carry (Authorization: Bearer TOKEN).
+    /// A token every request must carry: HTTP Basic with user `opencode`
+    /// and the token as password (what OpenCode's clients send from
+    /// OPENCODE_SERVER_PASSWORD), or Authorization: Bearer TOKEN. Also read
+    /// from OPENCODE_SERVER_PASSWORD.
     #[arg(long, env = "WARDEN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// The model of prompts that name none: provider/model or scripted:PATH
+    /// (default: the agent's, else the config's).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// A browser origin allowed to call the API (CORS); repeat for more.
+    #[arg(long = "cors", value_name = "ORIGIN")]
+    pub cors: Vec<String>,
     /// The directory sessions work in: the default, and the root every
     /// session's directory must be inside (default: the current directory).
     #[arg(long)]
@@ -39,7 +49,23 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
         .parse()
         .with_context(|| format!("--host {:?} is not an IP address", args.host))?;
     let addr = SocketAddr::new(ip, args.port);
-    let token = args.token.filter(|t| !t.is_empty());
+    let token = args
+        .token
+        .or_else(|| std::env::var("OPENCODE_SERVER_PASSWORD").ok())
+        .filter(|t| !t.is_empty());
+    let username = std::env::var("OPENCODE_SERVER_USERNAME")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "opencode".into());
+    let model = match &args.model {
+        Some(m) => Some(warden_core::llm::Models::parse(m)?),
+        None => None,
+    };
+    for origin in &args.cors {
+        if !(origin.starts_with("http://") || origin.starts_with("https://")) {
+            anyhow::bail!("--cors {origin:?} is not an origin; write it as https://host[:port]");
+        }
+    }
     if warden_server::needs_token(&addr) && token.is_none() {
         anyhow::bail!(
             "listening on {addr} would expose the API beyond this machine; pass --token (or set WARDEN_TOKEN), or listen on 127.0.0.1"
@@ -49,7 +75,15 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
         Some(d) => d,
         None => std::env::current_dir()?,
     };
+    let dir = std::fs::canonicalize(&dir)
+        .with_context(|| format!("--dir {}: cannot be used", dir.display()))?;
     let app = app::build(&args.common, &dir).await?;
+    if let Some(m) = &model {
+        app.core
+            .choose_model(Some(m), None, None)
+            .with_context(|| format!("--model {m}"))?;
+    }
+    let config_path = app::config(&args.common, &dir)?.1;
     let plugins = app
         .host
         .plugins()
@@ -60,8 +94,13 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
         app.core.clone(),
         ServerOptions {
             token,
+            username,
             directory: dir,
+            data_dir: app.data_dir.clone(),
+            config_path,
+            model,
             plugins,
+            cors: args.cors,
             allow_scripted: args.allow_scripted,
             ..ServerOptions::default()
         },

@@ -52,7 +52,7 @@ pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode
                     say!(
                         "{}  {}  {}  {}",
                         s.id,
-                        time(s.updated),
+                        time(s.time.updated),
                         clip(&s.title, 50),
                         s.directory
                     );

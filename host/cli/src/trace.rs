@@ -150,15 +150,20 @@ pub fn trace(id: &str, format: Format, common: Common) -> Result<ExitCode> {
                 .rule
                 .as_deref()
                 .map_or(String::new(), |r| format!(" by `{r}`"));
+            // What a guest printed can run over several lines: keep them under the row.
+            let outcome = a
+                .outcome
+                .as_deref()
+                .unwrap_or("")
+                .replace('\n', "\n      | ");
             say!(
-                "  audit: {} {} {}{rule}{took} → {}",
+                "  audit: {} {} {}{rule}{took} → {outcome}",
                 a.stage,
                 a.subject,
                 a.decision,
-                a.outcome.as_deref().unwrap_or("")
             );
         }
     }
-    say!("\n(started {})", time(session.created));
+    say!("\n(started {})", time(session.time.created));
     Ok(ExitCode::SUCCESS)
 }

@@ -51,6 +51,13 @@ impl Agents {
         for name in names {
             let cfg = config.agent.get(name).cloned().unwrap_or_default();
             let mut rules = permission::defaults();
+            // An MCP server runs outside warden's sandbox: its tools are asked
+            // about unless the config's own rules say otherwise.
+            rules.extend(config.mcp.keys().map(|server| Rule {
+                permission: format!("{server}_*"),
+                pattern: "*".into(),
+                action: warden_protocol::Action::Ask,
+            }));
             rules.extend(global.iter().cloned());
             if let Some(v) = &cfg.permission {
                 rules.extend(
@@ -101,6 +108,11 @@ impl Agents {
     /// The default agent's name.
     pub fn default_name(&self) -> &str {
         &self.default
+    }
+
+    /// Every agent, by name.
+    pub fn all(&self) -> impl Iterator<Item = &Agent> {
+        self.by_name.values()
     }
 }
 

@@ -35,6 +35,11 @@ impl Bus {
         let _ = self.tx.send(Arc::new(event));
     }
 
+    /// How many published events some subscriber has not received yet.
+    pub fn unread(&self) -> usize {
+        self.tx.len()
+    }
+
     /// Receive every event published from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
         self.tx.subscribe()

@@ -54,6 +54,99 @@ pub struct Config {
     pub retry: Option<RetryPolicy>,
     #[serde(default)]
     pub experimental: Experimental,
+    /// MCP servers whose tools sessions may use, by name (OpenCode's shape).
+    /// Their tools are offered as `NAME_TOOL`; they are separate processes or
+    /// remote services, not sandboxed by warden, so their permission
+    /// defaults to `ask`.
+    #[serde(default)]
+    pub mcp: BTreeMap<String, McpServerConfig>,
+}
+
+/// One MCP server: a local command warden starts, or a remote URL.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum McpServerConfig {
+    /// A program spoken to over its stdin and stdout.
+    Local {
+        /// The program and its arguments, e.g. `["npx", "-y", "@modelcontextprotocol/server-everything"]`.
+        command: Vec<String>,
+        /// The whole environment of the process: nothing else is passed, not even `PATH`.
+        #[serde(default)]
+        environment: BTreeMap<String, String>,
+        /// The working directory (default: warden's).
+        #[serde(default)]
+        cwd: Option<PathBuf>,
+        #[serde(default = "enabled")]
+        enabled: bool,
+        /// How long one call may take, in ms (default 60000).
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+        /// Per-tool settings by the server's tool name: the permission name and where its pattern comes from.
+        #[serde(default)]
+        tools: BTreeMap<String, ToolSettings>,
+    },
+    /// A server reached over streamable HTTP.
+    Remote {
+        url: String,
+        /// Sent with every request (e.g. `Authorization`).
+        #[serde(default)]
+        headers: BTreeMap<String, String>,
+        #[serde(default = "enabled")]
+        enabled: bool,
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+        #[serde(default)]
+        tools: BTreeMap<String, ToolSettings>,
+    },
+}
+
+fn enabled() -> bool {
+    true
+}
+
+impl McpServerConfig {
+    pub fn enabled(&self) -> bool {
+        match self {
+            McpServerConfig::Local { enabled, .. } | McpServerConfig::Remote { enabled, .. } => {
+                *enabled
+            }
+        }
+    }
+
+    /// The per-tool settings, by the server's tool name.
+    pub fn tools(&self) -> &BTreeMap<String, ToolSettings> {
+        match self {
+            McpServerConfig::Local { tools, .. } | McpServerConfig::Remote { tools, .. } => tools,
+        }
+    }
+
+    /// How long one call may take.
+    pub fn timeout_ms(&self) -> u64 {
+        match self {
+            McpServerConfig::Local { timeout_ms, .. }
+            | McpServerConfig::Remote { timeout_ms, .. } => timeout_ms.unwrap_or(60_000),
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        match self {
+            McpServerConfig::Local { command, .. }
+                if command.is_empty() || command[0].is_empty() =>
+            {
+                Err("command must name a program, e.g. [\"node\", \"server.js\"]".into())
+            }
+            McpServerConfig::Remote { url, .. }
+                if !(url.starts_with("http://") || url.starts_with("https://")) =>
+            {
+                Err(format!("url {url:?} must start with http:// or https://"))
+            }
+            _ if !(1..=3_600_000).contains(&self.timeout_ms()) => Err(format!(
+                "timeout_ms is {}; give 1 to 3600000 (an hour)",
+                self.timeout_ms()
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Settings whose shape may still change.
@@ -225,6 +318,13 @@ impl Config {
                 p.path = base.join(&p.path);
             }
         }
+        for server in config.mcp.values_mut() {
+            if let McpServerConfig::Local { cwd: Some(cwd), .. } = server
+                && cwd.is_relative()
+            {
+                *cwd = base.join(&*cwd);
+            }
+        }
         Ok(config)
     }
 
@@ -259,6 +359,15 @@ impl Config {
             p.grants
                 .check()
                 .map_err(|e| format!("plugins.{}.grants: {e}", p.name))?;
+        }
+        for (name, server) in &config.mcp {
+            // The name prefixes its tools (`NAME_TOOL`) and rules are written against it.
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+                return Err(format!(
+                    "mcp.{name}: a server's name may have only letters, digits and `-` (it prefixes its tools as NAME_TOOL)"
+                ));
+            }
+            server.check().map_err(|e| format!("mcp.{name}: {e}"))?;
         }
         for (name, g) in &config.builtin_grants {
             if !BUILTINS.contains(&name.as_str()) {
@@ -324,6 +433,26 @@ mod tests {
             )
             .unwrap_err()
             .contains("plugins.a.grants: memory_mb")
+        );
+        assert!(
+            Config::parse(r#"{"mcp": {"fs": {"type": "local", "command": []}}}"#)
+                .unwrap_err()
+                .contains("mcp.fs: command must name a program")
+        );
+        assert!(
+            Config::parse(r#"{"mcp": {"a_b": {"type": "remote", "url": "http://x"}}}"#)
+                .unwrap_err()
+                .contains("mcp.a_b: a server's name")
+        );
+        assert!(
+            Config::parse(r#"{"mcp": {"web": {"type": "remote", "url": "ftp://x"}}}"#)
+                .unwrap_err()
+                .contains("must start with http")
+        );
+        assert!(
+            Config::parse(r#"{"mcp": {"web": {"type": "remote", "url": "http://x", "env": {}}}}"#)
+                .unwrap_err()
+                .contains("unknown field `env`")
         );
     }
 }

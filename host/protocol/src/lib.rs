@@ -15,15 +15,16 @@ pub mod permission;
 pub mod session;
 pub mod tool_state;
 
-pub use event::Event;
+pub use event::{Envelope, Event, next_event_id};
 pub use id::{MessageId, PartId, SessionId};
 pub use llm::{ChatMessage, FinishReason, LlmEvent, LlmRequest, ProviderError, ToolSpec, Usage};
 pub use message::{
-    AssistantInfo, MessageError, MessageInfo, MessageWithParts, ModelRef, Tokens, UserInfo,
+    AssistantInfo, MessageError, MessageInfo, MessagePath, MessageTime, MessageWithParts, ModelRef,
+    Tokens, UserInfo,
 };
 pub use part::{Part, PartBody};
-pub use permission::{Action, PermissionReply, PermissionRequest, Rule};
-pub use session::{SessionInfo, SessionStatus};
+pub use permission::{Action, PermissionReply, PermissionRequest, PermissionTool, Rule};
+pub use session::{SessionInfo, SessionStatus, SessionTime};
 pub use tool_state::{ToolState, TransitionError};
 
 /// Milliseconds since the Unix epoch, the unit of every timestamp in the ledger.

@@ -5,13 +5,16 @@ use serde::{Deserialize, Serialize};
 use crate::part::Part;
 use crate::{FinishReason, MessageId, Millis, SessionId};
 
-/// Which provider and model answer a message.
+/// Which provider and model answer a message (OpenCode's `providerID` /
+/// `modelID`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelRef {
     /// `scripted`, `openai`, `anthropic`, or a provider named in the config.
+    #[serde(rename = "providerID")]
     pub provider: String,
     /// The model id at that provider (for `scripted`, the cassette path).
+    #[serde(rename = "modelID")]
     pub model: String,
 }
 
@@ -52,22 +55,32 @@ impl Tokens {
     }
 }
 
-/// Why an assistant message failed.
+/// Why an assistant message failed: OpenCode's `{"name", "data"}` errors.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(tag = "name")]
+#[serde(tag = "name", content = "data")]
 pub enum MessageError {
     /// The provider refused or failed, and retrying did not help (or could not).
+    #[serde(rename = "APIError")]
     Provider {
         message: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            rename = "statusCode",
+            skip_serializing_if = "Option::is_none"
+        )]
         status: Option<u16>,
     },
     /// The conversation no longer fits the model's context.
+    #[serde(rename = "ContextOverflowError")]
     ContextOverflow { message: String },
     /// Someone cancelled the session while the model was answering.
+    #[serde(rename = "MessageAbortedError")]
     Aborted { message: String },
-    /// The process running the step stopped before it ended (found on resume).
+    /// The process running the step stopped before it ended (found on
+    /// resume). OpenCode has no such error; its clients show it as an
+    /// unknown one with its message.
+    #[serde(rename = "MessageInterruptedError")]
     Interrupted { message: String },
 }
 
@@ -83,13 +96,53 @@ impl MessageError {
     }
 }
 
+/// When a message was created and, for an answer, when it was finished.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MessageTime {
+    pub created: Millis,
+    /// Set when processing ended, successfully or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed: Option<Millis>,
+}
+
+impl MessageTime {
+    /// Created at `at`, not finished.
+    pub fn at(at: Millis) -> Self {
+        MessageTime {
+            created: at,
+            completed: None,
+        }
+    }
+}
+
+/// Where an answer's tools worked: the session's directory (warden has no
+/// separate project root, so both are it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MessagePath {
+    pub cwd: String,
+    pub root: String,
+}
+
+impl MessagePath {
+    /// Both the working directory and the root are `dir`.
+    pub fn of(dir: &str) -> Self {
+        MessagePath {
+            cwd: dir.to_string(),
+            root: dir.to_string(),
+        }
+    }
+}
+
 /// What the user sent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UserInfo {
     pub id: MessageId,
+    #[serde(rename = "sessionID")]
     pub session_id: SessionId,
-    pub created: Millis,
+    pub time: MessageTime,
     pub agent: String,
     pub model: ModelRef,
 }
@@ -99,15 +152,19 @@ pub struct UserInfo {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AssistantInfo {
     pub id: MessageId,
+    #[serde(rename = "sessionID")]
     pub session_id: SessionId,
     /// The user message this answers.
+    #[serde(rename = "parentID")]
     pub parent_id: MessageId,
     pub agent: String,
+    /// OpenCode's name for the agent that answered; always the same as `agent`.
+    pub mode: String,
+    /// `providerID` and `modelID`.
+    #[serde(flatten)]
     pub model: ModelRef,
-    pub created: Millis,
-    /// Set when processing ended, successfully or not.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completed: Option<Millis>,
+    pub path: MessagePath,
+    pub time: MessageTime,
     /// The model's finish reason of its last step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish: Option<FinishReason>,
@@ -155,8 +212,8 @@ impl MessageInfo {
 
     pub fn created(&self) -> Millis {
         match self {
-            MessageInfo::User(u) => u.created,
-            MessageInfo::Assistant(a) => a.created,
+            MessageInfo::User(u) => u.time.created,
+            MessageInfo::Assistant(a) => a.time.created,
         }
     }
 }

@@ -13,7 +13,9 @@ use crate::{FinishReason, MessageId, Millis, PartId, SessionId};
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Part {
     pub id: PartId,
+    #[serde(rename = "sessionID", alias = "session_id")]
     pub session_id: SessionId,
+    #[serde(rename = "messageID", alias = "message_id")]
     pub message_id: MessageId,
     #[serde(flatten)]
     pub body: PartBody,
@@ -52,12 +54,18 @@ pub enum PartBody {
     /// One tool call and its state.
     Tool {
         /// The model's id for the call; results are matched by it.
+        #[serde(rename = "callID", alias = "call_id")]
         call_id: String,
         /// The tool's id.
         tool: String,
         state: ToolState,
         /// Run by the provider itself (e.g. a server-side search), not by warden.
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        #[serde(
+            default,
+            rename = "providerExecuted",
+            alias = "provider_executed",
+            skip_serializing_if = "std::ops::Not::not"
+        )]
         provider_executed: bool,
     },
     /// A model step began.
@@ -138,8 +146,8 @@ mod tests {
         let v = serde_json::to_value(&p).unwrap();
         assert_eq!(
             v,
-            json!({"id": "prt_1", "session_id": "ses_1", "message_id": "msg_1", "type": "tool",
-                   "call_id": "call_1", "tool": "read", "state": {"status": "pending", "input": {}, "raw": ""}})
+            json!({"id": "prt_1", "sessionID": "ses_1", "messageID": "msg_1", "type": "tool",
+                   "callID": "call_1", "tool": "read", "state": {"status": "pending", "input": {}, "raw": ""}})
         );
         let back: Part = serde_json::from_value(v).unwrap();
         assert_eq!(back, p);

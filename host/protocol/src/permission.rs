@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::SessionId;
+use crate::{MessageId, SessionId};
 
 /// What a rule decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -36,11 +36,12 @@ pub struct Rule {
     pub action: Action,
 }
 
-/// A question for whoever is attached.
+/// A question for whoever is attached (OpenCode's `permission.asked`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PermissionRequest {
     pub id: String,
+    #[serde(rename = "sessionID")]
     pub session_id: SessionId,
     pub permission: String,
     pub patterns: Vec<String>,
@@ -48,8 +49,26 @@ pub struct PermissionRequest {
     pub always: Vec<String>,
     /// What the question is about (tool, arguments, reason).
     pub metadata: Value,
+    /// The tool call asking, when a tool call asks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call_id: Option<String>,
+    pub tool: Option<PermissionTool>,
+}
+
+/// Which tool call a question is about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PermissionTool {
+    #[serde(rename = "messageID")]
+    pub message_id: MessageId,
+    #[serde(rename = "callID")]
+    pub call_id: String,
+}
+
+impl PermissionRequest {
+    /// The call id, when a tool call asks.
+    pub fn call_id(&self) -> Option<&str> {
+        self.tool.as_ref().map(|t| t.call_id.as_str())
+    }
 }
 
 /// An answer to a question.

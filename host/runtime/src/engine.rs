@@ -2,15 +2,16 @@
 //! guest call in time, and the on-disk cache of compiled components.
 
 use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
 
+use crate::cache::{Cache, Rejected};
 use crate::error::RuntimeError;
 
 /// How often the epoch advances: the granularity of time limits, and how
@@ -27,14 +28,15 @@ pub struct Stats {
     pub compiled: AtomicU64,
     /// Components loaded from the compiled cache.
     pub cache_hits: AtomicU64,
+    /// Cache entries that failed their check and were compiled again, with why.
+    pub cache_rejected: Mutex<Vec<String>>,
 }
 
 /// The engine and what goes with it.
 pub struct Sandbox {
     pub engine: Engine,
     pub pooling: bool,
-    cache_dir: Option<PathBuf>,
-    compat: String,
+    cache: Option<Cache>,
     pub stats: Stats,
     ticker: Arc<AtomicBool>,
 }
@@ -63,7 +65,17 @@ impl Sandbox {
         };
         let mut h = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
-        let compat = format!("{:016x}", h.finish());
+        let compat = h.finish();
+        let cache = match cache_dir {
+            Some(dir) => match Cache::open(dir, compat) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the compiled cache is unusable; compiling every plugin");
+                    None
+                }
+            },
+            None => None,
+        };
 
         let stop = Arc::new(AtomicBool::new(false));
         let weak = engine.weak();
@@ -84,46 +96,46 @@ impl Sandbox {
         Ok(Sandbox {
             engine,
             pooling,
-            cache_dir,
-            compat,
+            cache,
             stats: Stats::default(),
             ticker: stop,
         })
     }
 
     /// Compile `bytes` (whose sha256 is `hash`), or load the compiled form
-    /// from the cache. A cache entry is keyed by the content hash and the
-    /// engine's compatibility hash, so a changed engine never loads a stale one.
+    /// from the cache once it is proven to be this component's, compiled by
+    /// this engine (see [`crate::cache`]). An entry that fails the check is
+    /// reported and replaced.
     pub fn component(&self, bytes: &[u8], hash: &str) -> Result<Component, RuntimeError> {
-        let cached = self.cache_path(hash);
-        if let Some(path) = &cached
-            && path.exists()
-        {
-            match load_cached(&self.engine, path) {
+        if let Some(cache) = &self.cache {
+            match cache.load(&self.engine, hash) {
                 Ok(c) => {
                     self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
                     return Ok(c);
                 }
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "compiled cache entry unusable, recompiling")
+                Err(Rejected::Missing) => {}
+                Err(Rejected::Invalid(why)) => {
+                    let note = format!(
+                        "the compiled cache entry for component {hash} was not used ({why}); compiled it again"
+                    );
+                    tracing::warn!("{note}");
+                    self.stats
+                        .cache_rejected
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(note);
                 }
             }
         }
         let component = Component::new(&self.engine, bytes)
             .map_err(|e| RuntimeError::Compile(format!("{e:#}")))?;
         self.stats.compiled.fetch_add(1, Ordering::Relaxed);
-        if let Some(path) = cached
-            && let Err(e) = store_cached(&component, &path)
+        if let Some(cache) = &self.cache
+            && let Err(e) = cache.store(&component, hash)
         {
-            tracing::warn!(path = %path.display(), error = %e, "could not write the compiled cache");
+            tracing::warn!(error = %e, "could not write the compiled cache");
         }
         Ok(component)
-    }
-
-    fn cache_path(&self, hash: &str) -> Option<PathBuf> {
-        self.cache_dir
-            .as_ref()
-            .map(|d| d.join(format!("{hash}-{}.cwasm", self.compat)))
     }
 }
 
@@ -156,27 +168,4 @@ fn config(pool_memory: Option<usize>) -> Config {
 /// sha256 of a component, as lowercase hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
-}
-
-fn store_cached(component: &Component, path: &Path) -> Result<(), String> {
-    let bytes = component.serialize().map_err(|e| e.to_string())?;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    }
-    // Write then rename, so a reader never sees half a file.
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes).map_err(|e| e.to_string())?;
-    std::fs::rename(&tmp, path).map_err(|e| e.to_string())
-}
-
-#[allow(unsafe_code)]
-fn load_cached(engine: &Engine, path: &Path) -> Result<Component, String> {
-    // SAFETY: `deserialize_file` trusts the file to be native code that this
-    // engine produced. The cache lives in the operator's data directory and
-    // is written only by `store_cached` (atomically, keyed by the content hash
-    // and the engine's compatibility hash); wasmtime still checks the header
-    // and refuses artifacts from another version or configuration. Someone
-    // who can write to the data directory could equally replace the ledger or
-    // the configuration, so the cache adds no new trust boundary.
-    unsafe { Component::deserialize_file(engine, path) }.map_err(|e| e.to_string())
 }

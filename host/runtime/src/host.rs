@@ -28,6 +28,8 @@ pub struct WasmHost {
     plugins: Vec<Arc<LoadedPlugin>>,
     by_name: BTreeMap<String, Arc<LoadedPlugin>>,
     skipped: Vec<(String, String)>,
+    /// warden's own files, which no guest may open through any grant.
+    protected: Arc<[PathBuf]>,
 }
 
 /// How many components were compiled and how many came from the cache.
@@ -151,7 +153,46 @@ impl WasmHost {
             plugins,
             by_name,
             skipped,
+            protected: Vec::new().into(),
         })
+    }
+
+    /// Keep every guest out of these paths (warden's ledger, cache, installed
+    /// plugins, config), whatever its grants: opening, removing, renaming or
+    /// linking them is refused (see `fs_gate`), and a grant inside one is
+    /// refused at the call. Paths are resolved now, as far as they exist.
+    pub fn protect(&mut self, paths: impl IntoIterator<Item = PathBuf>) {
+        // Both where a path leads and the path itself under its real folder,
+        // so a guest opening it without following its last link is caught too.
+        let mut all = Vec::new();
+        for p in paths {
+            let real = real_path(&p);
+            let named = match (p.parent(), p.file_name()) {
+                (Some(dir), Some(name)) => real_path(dir).join(name),
+                _ => real.clone(),
+            };
+            if named != real {
+                all.push(named);
+            }
+            all.push(real);
+        }
+        self.protected = all.into();
+    }
+
+    /// The paths [`WasmHost::protect`] keeps guests out of.
+    pub fn protected(&self) -> &[PathBuf] {
+        &self.protected
+    }
+
+    /// Compiled cache entries that failed their check in this process (each
+    /// was compiled again), with why.
+    pub fn cache_rejections(&self) -> Vec<String> {
+        self.sandbox
+            .stats
+            .cache_rejected
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Built-in plugins not loaded, with the reason.
@@ -210,7 +251,7 @@ impl WasmHost {
         ctx: &CallContext,
         observer: Arc<dyn CallObserver>,
         call: impl AsyncFnOnce(&mut Store<GuestState>) -> wasmtime::Result<T>,
-    ) -> Result<T, GuestError> {
+    ) -> Result<(T, Option<String>), GuestError> {
         let limits = &plugin.limits;
         let mut store = sandbox::store(
             &self.sandbox.engine,
@@ -219,8 +260,21 @@ impl WasmHost {
             limits,
             Some(&ctx.directory),
             Some(observer),
+            &self.protected,
         )?;
-        sandbox::run(&mut store, limits, &plugin.guest().to_string(), call).await
+        let result = sandbox::run(&mut store, limits, &plugin.guest().to_string(), call).await;
+        // A guest that failed after the host refused it a path is told why,
+        // and so is the model: the guest itself only saw `access denied`.
+        let refusals = store.data().fs_refusals();
+        let note = (!refusals.is_empty()).then(|| format!(" (the host {})", refusals.join("; ")));
+        match result {
+            Err(GuestError::Trap { guest, message }) => Err(GuestError::Trap {
+                guest,
+                message: message + note.as_deref().unwrap_or(""),
+            }),
+            Err(e) => Err(e),
+            Ok(v) => Ok((v, note)),
+        }
     }
 }
 
@@ -316,7 +370,7 @@ impl ToolHost for WasmHost {
             });
         };
         let wctx = wit_ctx(ctx);
-        let result = self
+        let (result, note) = self
             .call_guest(plugin, ctx, observer, async |store| {
                 let instance = pre.instantiate_async(&mut *store).await?;
                 instance
@@ -325,12 +379,11 @@ impl ToolHost for WasmHost {
                     .await
             })
             .await?;
+        let told = |m: String| capped(m, limits) + note.as_deref().unwrap_or("");
         match result {
-            Err(wit::ToolError::InvalidArguments(m)) => {
-                Err(GuestError::InvalidArguments(capped(m, limits)))
-            }
-            Err(wit::ToolError::Failed(m)) => Err(GuestError::Failed(capped(m, limits))),
-            Err(wit::ToolError::Denied(m)) => Err(GuestError::Denied(capped(m, limits))),
+            Err(wit::ToolError::InvalidArguments(m)) => Err(GuestError::InvalidArguments(told(m))),
+            Err(wit::ToolError::Failed(m)) => Err(GuestError::Failed(told(m))),
+            Err(wit::ToolError::Denied(m)) => Err(GuestError::Denied(told(m))),
             Ok(o) => checked_output(o, &guest, limits),
         }
     }
@@ -347,7 +400,7 @@ impl ToolHost for WasmHost {
         let (plugin, pre) = self.hook_plugin(hook)?;
         let (guest, limits) = (plugin.guest().to_string(), &plugin.limits);
         let wctx = wit_ctx(ctx);
-        let decision = self
+        let (decision, _) = self
             .call_guest(plugin, ctx, observer, async |store| {
                 let instance = pre.instantiate_async(&mut *store).await?;
                 instance
@@ -393,7 +446,7 @@ impl ToolHost for WasmHost {
             title: output.title.clone(),
             metadata: output.metadata.to_string(),
         };
-        let decision = self
+        let (decision, _) = self
             .call_guest(plugin, ctx, observer, async |store| {
                 let instance = pre.instantiate_async(&mut *store).await?;
                 instance
@@ -406,5 +459,17 @@ impl ToolHost for WasmHost {
             W::Keep => Ok(AfterDecision::Keep),
             W::Rewrite(o) => checked_output(o, &guest, limits).map(AfterDecision::Rewrite),
         }
+    }
+}
+
+/// `path` with its existing part resolved through links (a file that does
+/// not exist yet, such as a ledger's `-wal`, is named under its real folder).
+fn real_path(path: &std::path::Path) -> PathBuf {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return p;
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => real_path(dir).join(name),
+        _ => path.to_path_buf(),
     }
 }

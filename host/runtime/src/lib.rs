@@ -9,10 +9,15 @@
 //! supported contract version.
 
 mod bindings;
+pub mod budget;
 pub mod builtin;
+pub mod cache;
 pub mod engine;
 pub mod error;
+mod fs_gate;
+pub mod guest_output;
 pub mod host;
+mod host_calls;
 pub mod net;
 pub mod plugin;
 pub mod plugin_dir;

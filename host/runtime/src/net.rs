@@ -3,12 +3,17 @@
 //!
 //! The gate looks at the request's own URI (scheme, host, port) as wasi:http
 //! hands it to `send_request`, never at a Host header, which a guest could
-//! set to anything. Redirects are not followed here: a guest that follows one
-//! makes a new request, which passes the gate again.
+//! set to anything, and reads it through the same canonicaliser as the
+//! permission rules ([`warden_core::tool::url`]), so `2130706433` is
+//! `127.0.0.1` to both. Redirects are not followed here: a guest that follows
+//! one makes a new request, which passes the gate again — the grant and,
+//! for a tool whose rules are written on URLs, the rules.
 
 use std::sync::Arc;
 
 use http_body_util::BodyExt;
+use warden_core::tool::CallObserver;
+use warden_core::tool::url::{self, Canonical};
 use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
 
 /// One allowed destination: `[scheme://]host[:port]`, where host may start
@@ -44,7 +49,12 @@ impl HostPattern {
             let (h, after) = v6
                 .split_once(']')
                 .ok_or_else(|| format!("host grant {entry:?}: unclosed ["))?;
-            (h.to_string(), after.strip_prefix(':').map(str::to_string))
+            // The address as the canonicaliser writes it (mapped IPv4 included).
+            let h = url::canonical(&format!("http://[{h}]/"))
+                .map_err(|e| format!("host grant {entry:?}: {e}"))?
+                .host
+                .to_string();
+            (h, after.strip_prefix(':').map(str::to_string))
         } else {
             match rest.rsplit_once(':') {
                 Some((h, p)) => (h.to_string(), Some(p.to_string())),
@@ -66,6 +76,15 @@ impl HostPattern {
                 "host grant {entry:?}: `*` may only start a host, as in *.example.com"
             ));
         }
+        // A literal host is written the canonical way (an IP in any spelling
+        // becomes the one the gate compares).
+        let host = if host.contains('*') || host.contains(':') {
+            host
+        } else {
+            url::host(&host)
+                .map_err(|e| format!("host grant {entry:?}: {e}"))?
+                .to_string()
+        };
         Ok(HostPattern { scheme, host, port })
     }
 
@@ -93,27 +112,18 @@ impl HostPattern {
 pub struct HttpGate {
     pub plugin: Arc<str>,
     pub allowed: Arc<[HostPattern]>,
+    /// Who checks each request against the call's rules (none while loading).
+    pub observer: Option<Arc<dyn CallObserver>>,
 }
 
 impl HttpGate {
-    /// Whether a request to this URI may leave, and if not, why.
-    pub fn check(&self, uri: &http::Uri) -> Result<(), String> {
-        let scheme = uri.scheme_str().unwrap_or("").to_ascii_lowercase();
-        if scheme != "http" && scheme != "https" {
-            return Err(format!("scheme {scheme:?} is not allowed"));
-        }
-        let Some(host) = uri.host() else {
-            return Err("the request has no host".into());
-        };
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_ascii_lowercase();
-        let port = uri
-            .port_u16()
-            .unwrap_or(if scheme == "https" { 443 } else { 80 });
-        if self.allowed.iter().any(|p| p.matches(&scheme, &host, port)) {
-            Ok(())
+    /// Whether a request to this URI may leave under the grant, and if not,
+    /// why; the canonical URL when it may.
+    pub fn check(&self, uri: &http::Uri) -> Result<Canonical, String> {
+        let c = url::canonical(&uri.to_string())?;
+        let (scheme, host, port) = (&c.scheme, c.host.to_string(), c.port);
+        if self.allowed.iter().any(|p| p.matches(scheme, &host, port)) {
+            Ok(c)
         } else if self.allowed.is_empty() {
             Err(format!(
                 "plugin {} was granted no network access ({scheme}://{host}:{port})",
@@ -145,7 +155,12 @@ impl WasiHttpHooks for HttpGate {
         _ = fut;
         let verdict = self.check(request.uri());
         let plugin = self.plugin.clone();
+        let observer = self.observer.clone();
         Box::new(async move {
+            let verdict = match (verdict, observer) {
+                (Ok(c), Some(o)) => o.check_url(&c).await,
+                (v, _) => v.map(|_| ()),
+            };
             if let Err(why) = verdict {
                 tracing::warn!(plugin = &*plugin, "outgoing request refused: {why}");
                 return Err(wasmtime_wasi_http::Error::HttpRequestDenied);
@@ -170,6 +185,7 @@ mod tests {
                 .iter()
                 .map(|e| HostPattern::parse(e).unwrap())
                 .collect(),
+            observer: None,
         }
     }
 
@@ -188,6 +204,18 @@ mod tests {
         assert!(!ok("http://127.0.0.1:8081/x"), "port pinned");
         assert!(!ok("http://localhost:8080/x"));
         assert!(!ok("ftp://api.example.com/"));
+        // Other spellings of a granted address are that address; userinfo
+        // never passes, whatever follows it.
+        assert!(ok("http://2130706433:8080/"));
+        assert!(ok("http://0x7f.0.0.1:8080/"));
+        assert!(ok("http://[::ffff:127.0.0.1]:8080/"));
+        assert!(!ok("http://127.0.0.1:8080@api.example.com/"));
+        let spelled = gate(&["http://0x7f000001:8080"]);
+        assert!(
+            spelled
+                .check(&"http://127.0.0.1:8080/".parse().unwrap())
+                .is_ok()
+        );
         let any = gate(&["*"]);
         assert!(
             any.check(&"https://anything.example/".parse().unwrap())

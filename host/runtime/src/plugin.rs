@@ -15,6 +15,11 @@ use crate::engine::{Sandbox, sha256_hex};
 use crate::error::RuntimeError;
 use crate::sandbox::{self, GuestState, Limits, World};
 
+/// The most tools one plugin may describe.
+pub const MAX_TOOLS: usize = 64;
+/// The largest parameter schema of one tool, in bytes.
+pub const MAX_SCHEMA: usize = 32 * 1024;
+
 /// The contract versions this host loads, newest first.
 pub const SUPPORTED_CONTRACTS: &[&str] = &["warden:plugin@0.1.0"];
 
@@ -138,8 +143,13 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
         )));
     };
 
-    let linker = sandbox::linker(&sandbox.engine, &component, world)
-        .map_err(|e| contract_err(format!("{e:#}")))?;
+    let linker = sandbox::linker(
+        &sandbox.engine,
+        &component,
+        world,
+        !src.grants.hosts.is_empty(),
+    )
+    .map_err(|e| contract_err(format!("{e:#}")))?;
     let pre = linker
         .instantiate_pre(&component)
         .map_err(|e| contract_err(format!("cannot be linked: {e:#}")))?;
@@ -174,6 +184,7 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
         &offline,
         None,
         None,
+        &Vec::new().into(),
     )
     .map_err(|e| describe_err(e.to_string()))?;
     let provides = match world {
@@ -188,7 +199,11 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
             })
             .await
             .map_err(|e| describe_err(e.to_string()))?;
-            let tools = check_tools(&guest, described, src.tools).map_err(describe_err)?;
+            // With no directory and no host, path and URL rules have
+            // nothing to protect: such a tool counts as mapped.
+            let reaches_out = !src.grants.dirs.is_empty() || !src.grants.hosts.is_empty();
+            let tools =
+                check_tools(&guest, described, src.tools, reaches_out).map_err(describe_err)?;
             Provides::Tools { pre, tools }
         }
         World::Hook => {
@@ -243,9 +258,16 @@ fn check_tools(
     guest: &GuestRef,
     specs: Vec<tool::warden::plugin::types::ToolSpec>,
     settings: &BTreeMap<String, ToolSettings>,
+    reaches_out: bool,
 ) -> Result<Vec<ToolDef>, String> {
     if specs.is_empty() {
         return Err("it provides no tools".into());
+    }
+    if specs.len() > MAX_TOOLS {
+        return Err(format!(
+            "it describes {} tools; one plugin may provide at most {MAX_TOOLS}",
+            specs.len()
+        ));
     }
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
@@ -270,6 +292,14 @@ fn check_tools(
                 s.id
             ));
         }
+        if s.parameters.len() > MAX_SCHEMA {
+            return Err(format!(
+                "tool {}: its parameter schema is {} bytes; at most {} KiB",
+                s.id,
+                s.parameters.len(),
+                MAX_SCHEMA / 1024
+            ));
+        }
         let parameters: Value = serde_json::from_str(&s.parameters)
             .map_err(|e| format!("tool {}: parameters are not JSON Schema text ({e})", s.id))?;
         match parameters.get("type") {
@@ -281,6 +311,7 @@ fn check_tools(
                 ));
             }
         }
+        let mapped = settings.contains_key(&s.id) || !reaches_out;
         let set = settings.get(&s.id).cloned().unwrap_or_default();
         let pattern = match (&set.path_arg, &set.url_arg) {
             (Some(a), _) => PatternSource::Path(a.clone()),
@@ -294,6 +325,7 @@ fn check_tools(
             parameters,
             pattern,
             guest: guest.clone(),
+            mapped,
         });
     }
     for name in settings.keys() {
@@ -305,4 +337,52 @@ fn check_tools(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bindings::v0_1_0::tool::warden::plugin::types::ToolSpec;
+
+    fn spec(id: &str, parameters: String) -> ToolSpec {
+        ToolSpec {
+            id: id.into(),
+            description: "d".into(),
+            parameters,
+        }
+    }
+
+    #[test]
+    fn tool_counts_and_schema_sizes_are_capped() {
+        let guest = GuestRef {
+            plugin: "p".into(),
+            hash: "0".repeat(64),
+        };
+        let none = BTreeMap::new();
+        let object = || r#"{"type": "object"}"#.to_string();
+        let many: Vec<ToolSpec> = (0..=MAX_TOOLS)
+            .map(|i| spec(&format!("t{i}"), object()))
+            .collect();
+        assert!(
+            check_tools(&guest, many, &none, false)
+                .unwrap_err()
+                .contains("at most 64")
+        );
+        let huge = format!(
+            r#"{{"type": "object", "description": "{}"}}"#,
+            "x".repeat(MAX_SCHEMA)
+        );
+        assert!(
+            check_tools(&guest, vec![spec("big", huge)], &none, false)
+                .unwrap_err()
+                .contains("at most 32 KiB")
+        );
+        // Mapped: by settings, or because the plugin reaches nothing rules guard.
+        let tools = check_tools(&guest, vec![spec("a", object())], &none, true).unwrap();
+        assert!(!tools[0].mapped);
+        let tools = check_tools(&guest, vec![spec("a", object())], &none, false).unwrap();
+        assert!(tools[0].mapped);
+        let set = BTreeMap::from([("a".to_string(), ToolSettings::default())]);
+        assert!(check_tools(&guest, vec![spec("a", object())], &set, true).unwrap()[0].mapped);
+    }
 }

@@ -10,37 +10,36 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use warden_core::config::{DirMode, Grants};
 use warden_core::tool::{CallObserver, GuestError};
 use wasmtime::component::{Component, HasData, Linker, ResourceTable};
 use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use crate::bindings::v0_1_0::tool::warden::plugin::{host, types};
+use crate::budget::{self, Meter};
+use crate::guest_output::{self, GuestOutput};
 use crate::net::{HostPattern, HttpGate};
 
-/// What a guest may print before its writes start failing.
-const STDIO_CAP: usize = 64 * 1024;
 /// How long a guest call runs before it starts yielding at every epoch tick.
 const RUN_BEFORE_YIELDING: Duration = Duration::from_millis(10);
-/// The largest progress metadata accepted from a guest.
-const PROGRESS_CAP: usize = 16 * 1024;
-/// The longest log line kept from a guest.
-const LOG_LINE_CAP: usize = 4096;
 
 /// The state of one guest instance.
 pub struct GuestState {
     wasi: WasiCtx,
-    table: ResourceTable,
+    pub(crate) table: ResourceTable,
     http: WasiHttpCtx,
     gate: HttpGate,
     limits: StoreLimits,
-    observer: Option<Arc<dyn CallObserver>>,
-    plugin: Arc<str>,
-    stderr: MemoryOutputPipe,
+    pub(crate) observer: Option<Arc<dyn CallObserver>>,
+    pub(crate) plugin: Arc<str>,
+    output: GuestOutput,
+    /// What the host interface has used of the call's budget.
+    pub(crate) meter: Meter,
+    /// warden's own files, refused through every grant.
+    pub(crate) protected: Arc<[PathBuf]>,
+    /// Why the file-system gate refused paths in this call (the first few).
+    pub(crate) fs_refusals: Vec<String>,
 }
 
 impl WasiView for GuestState {
@@ -63,63 +62,29 @@ impl WasiHttpView for GuestState {
 }
 
 impl GuestState {
-    /// What the guest wrote to stderr (a Rust panic message lands here).
+    /// What the guest wrote to stderr (a panic or a traceback lands here).
     pub fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.contents())
-            .trim()
-            .to_string()
-    }
-}
-
-impl types::Host for GuestState {}
-
-impl host::Host for GuestState {
-    fn log(&mut self, level: host::LogLevel, message: String) -> wasmtime::Result<()> {
-        let message: String = message.chars().take(LOG_LINE_CAP).collect();
-        let plugin = &*self.plugin;
-        match level {
-            host::LogLevel::Debug => tracing::debug!(plugin, "{message}"),
-            host::LogLevel::Info => tracing::info!(plugin, "{message}"),
-            host::LogLevel::Warn => tracing::warn!(plugin, "{message}"),
-            host::LogLevel::Error => tracing::error!(plugin, "{message}"),
-        }
-        Ok(())
+        self.output.stderr()
     }
 
-    fn progress(&mut self, title: Option<String>, metadata: String) -> wasmtime::Result<()> {
+    /// Hand what the guest printed to the call's observer (the audit trail).
+    fn report_output(&self) {
         let Some(observer) = &self.observer else {
-            return Ok(());
+            return;
         };
-        if metadata.len() > PROGRESS_CAP {
-            tracing::warn!(
-                plugin = &*self.plugin,
-                "progress metadata over {PROGRESS_CAP} bytes; ignored"
-            );
-            return Ok(());
-        }
-        match serde_json::from_str::<Value>(&metadata) {
-            Ok(v @ Value::Object(_)) => {
-                observer.progress(title.map(|t| t.chars().take(200).collect()), v)
+        for (stream, text) in [
+            ("stdout", self.output.stdout()),
+            ("stderr", self.output.stderr()),
+        ] {
+            if !text.is_empty() {
+                observer.guest_output(&self.plugin, stream, text);
             }
-            _ => tracing::warn!(
-                plugin = &*self.plugin,
-                "progress metadata is not a JSON object; ignored"
-            ),
         }
-        Ok(())
     }
 
-    async fn ask(
-        &mut self,
-        permission: String,
-        patterns: Vec<String>,
-        metadata: String,
-    ) -> Result<(), String> {
-        let Some(observer) = self.observer.clone() else {
-            return Err("nobody can be asked while the plugin is loading".into());
-        };
-        let metadata = serde_json::from_str(&metadata).unwrap_or(Value::Null);
-        observer.ask(permission, patterns, metadata).await
+    /// Why the file-system gate refused paths during the call.
+    pub fn fs_refusals(&self) -> &[String] {
+        &self.fs_refusals
     }
 }
 
@@ -137,11 +102,13 @@ pub enum World {
 }
 
 /// A linker for one component: the WASI interfaces a sandbox may offer (not
-/// sockets), the warden host interface, and traps for everything else.
+/// sockets; wasi:http only when `http`, i.e. the plugin was granted hosts),
+/// the warden host interface, and traps for everything else.
 pub fn linker(
     engine: &Engine,
     component: &Component,
     world: World,
+    http: bool,
 ) -> wasmtime::Result<Linker<GuestState>> {
     use wasmtime_wasi::cli::{WasiCli, WasiCliView};
     use wasmtime_wasi::clocks::{WasiClocks, WasiClocksView};
@@ -167,6 +134,7 @@ pub fn linker(
         &mut l,
         GuestState::filesystem,
     )?;
+    crate::fs_gate::add_to_linker(&mut l)?;
     random::random::add_to_linker::<GuestState, WasiRandom>(&mut l, GuestState::random)?;
     random::insecure::add_to_linker::<GuestState, WasiRandom>(&mut l, GuestState::random)?;
     random::insecure_seed::add_to_linker::<GuestState, WasiRandom>(&mut l, GuestState::random)?;
@@ -180,8 +148,11 @@ pub fn linker(
     cli::terminal_stdin::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
     cli::terminal_stdout::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
     cli::terminal_stderr::add_to_linker::<GuestState, WasiCli>(&mut l, GuestState::cli)?;
-    // Outgoing HTTP exists for every guest; the gate refuses what is not granted.
-    wasmtime_wasi_http::p2::add_only_http_to_linker_async::<GuestState>(&mut l)?;
+    // Outgoing HTTP exists only for a plugin granted hosts (the gate then
+    // refuses what is not granted); for any other, wasi:http traps on use.
+    if http {
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async::<GuestState>(&mut l)?;
+    }
     match world {
         World::Tool => crate::bindings::v0_1_0::tool::ToolPlugin::add_to_linker::<
             GuestState,
@@ -192,9 +163,12 @@ pub fn linker(
             wasmtime::component::HasSelf<GuestState>,
         >(&mut l, |s| s)?,
     }
-    stub_missing(&mut l, engine, component)?;
+    stub_missing(&mut l, engine, component, http)?;
     Ok(l)
 }
+
+/// The interfaces [`linker`] provides to a plugin granted hosts, besides [`PROVIDED`].
+const PROVIDED_HTTP: &[&str] = &["wasi:http/outgoing-handler", "wasi:http/types"];
 
 /// The interfaces [`linker`] provides, by name without version (the linker
 /// matches versions semver-compatibly: a guest built against wasi 0.2.6 is
@@ -220,8 +194,6 @@ const PROVIDED: &[&str] = &[
     "wasi:cli/terminal-stdin",
     "wasi:cli/terminal-stdout",
     "wasi:cli/terminal-stderr",
-    "wasi:http/outgoing-handler",
-    "wasi:http/types",
     "warden:plugin/host",
     "warden:plugin/types",
 ];
@@ -233,11 +205,12 @@ fn stub_missing(
     l: &mut Linker<GuestState>,
     engine: &Engine,
     component: &Component,
+    http: bool,
 ) -> wasmtime::Result<()> {
     use wasmtime::component::types::ComponentItem;
     for (name, item) in component.component_type().imports(engine) {
         let unversioned = name.split('@').next().unwrap_or(name);
-        if PROVIDED.contains(&unversioned) {
+        if PROVIDED.contains(&unversioned) || (http && PROVIDED_HTTP.contains(&unversioned)) {
             continue;
         }
         let ComponentItem::ComponentInstance(instance) = item.ty else {
@@ -255,6 +228,8 @@ fn stub_missing(
                         "the plugin called `{qualified}`, which warden does not provide to plugins{}",
                         if qualified.starts_with("wasi:sockets") {
                             " (raw sockets are never available; outgoing HTTP goes through wasi:http and the plugin's host grants)"
+                        } else if qualified.starts_with("wasi:http") {
+                            " (the plugin was granted no hosts, so it has no wasi:http at all; grant hosts to use it)"
                         } else {
                             ""
                         }
@@ -322,6 +297,7 @@ pub fn store(
     limits: &Limits,
     directory: Option<&str>,
     observer: Option<Arc<dyn CallObserver>>,
+    protected: &Arc<[PathBuf]>,
 ) -> Result<Store<GuestState>, GuestError> {
     let guest = || format!("plugin {plugin}");
     let mut b = WasiCtxBuilder::new();
@@ -334,11 +310,12 @@ pub fn store(
         }
     }
     for dir in &grants.dirs {
-        let host =
-            resolve_dir(&dir.path, directory).map_err(|message| GuestError::Unavailable {
+        let host = resolve_dir(&dir.path, directory, protected).map_err(|message| {
+            GuestError::Unavailable {
                 guest: guest(),
                 message,
-            })?;
+            }
+        })?;
         let perms = match dir.mode {
             DirMode::ReadOnly => FsPerms::ReadOnly,
             DirMode::ReadWrite => FsPerms::ReadWrite,
@@ -350,17 +327,22 @@ pub fn store(
                 message: format!("cannot open the granted directory {}: {e}", host.display()),
             })?;
     }
-    let stderr = MemoryOutputPipe::new(STDIO_CAP);
-    b.stdout(MemoryOutputPipe::new(STDIO_CAP));
-    b.stderr(stderr.clone());
+    let output = GuestOutput::attach(&mut b);
 
+    // One budget for every host-side object the guest can make: the table
+    // holds them all; HTTP header collections are capped each (see budget).
+    let mut table = ResourceTable::new();
+    table.set_max_capacity(budget::TABLE_ENTRIES);
+    let mut http = WasiHttpCtx::new();
+    http.set_field_size_limit(budget::FIELD_BYTES);
     let state = GuestState {
         wasi: b.build(),
-        table: ResourceTable::new(),
-        http: WasiHttpCtx::new(),
+        table,
+        http,
         gate: HttpGate {
             plugin: plugin.clone(),
             allowed: limits.hosts.clone(),
+            observer: observer.clone(),
         },
         limits: StoreLimitsBuilder::new()
             .memory_size(limits.memory_bytes)
@@ -372,7 +354,10 @@ pub fn store(
             .build(),
         observer,
         plugin: plugin.clone(),
-        stderr,
+        output,
+        meter: Meter::default(),
+        protected: protected.clone(),
+        fs_refusals: Vec::new(),
     };
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.limits);
@@ -396,15 +381,22 @@ pub fn store(
     Ok(store)
 }
 
-/// A granted directory as a host path: absolute, or relative to the session's
-/// working directory; it must exist.
-fn resolve_dir(path: &str, directory: Option<&str>) -> Result<PathBuf, String> {
+/// A granted directory as a host path, resolved through every link before
+/// it is preopened: absolute, or relative to the session's working directory,
+/// in which case it must still lie inside that directory once resolved (a
+/// project's `build -> ../outside` does not widen a grant of `build`). It
+/// must exist, be a directory, and not be one of warden's own.
+pub fn resolve_dir(
+    path: &str,
+    directory: Option<&str>,
+    protected: &[PathBuf],
+) -> Result<PathBuf, String> {
     let p = Path::new(path);
-    let joined = if p.is_absolute() {
-        p.to_path_buf()
+    let (joined, base) = if p.is_absolute() {
+        (p.to_path_buf(), None)
     } else {
         match directory {
-            Some(d) => Path::new(d).join(p),
+            Some(d) => (Path::new(d).join(p), Some(d)),
             None => {
                 return Err(format!(
                     "the directory grant {path:?} is relative, and this call has no working directory"
@@ -418,27 +410,31 @@ fn resolve_dir(path: &str, directory: Option<&str>) -> Result<PathBuf, String> {
             joined.display()
         )
     })?;
+    if let Some(base) = base {
+        let base = std::fs::canonicalize(base)
+            .map_err(|e| format!("the working directory {base} cannot be used: {e}"))?;
+        if !canonical.starts_with(&base) {
+            return Err(format!(
+                "the directory grant {path:?} leads to {}, outside the working directory {} (through a link); a relative grant must stay inside it",
+                canonical.display(),
+                base.display()
+            ));
+        }
+    }
     if !canonical.is_dir() {
         return Err(format!(
             "the granted path {} is not a directory",
             canonical.display()
         ));
     }
-    Ok(canonical)
-}
-
-/// A Rust guest's panic as it printed it to stderr, in one line:
-/// `panicked at src/lib.rs:10:5: the message`.
-fn panic_message(stderr: &str) -> Option<String> {
-    let mut lines = stderr.lines().skip_while(|l| !l.contains("panicked at"));
-    let first = lines.next()?;
-    let at = first.find("panicked at")?;
-    let mut out = first[at..].trim_end().to_string();
-    for line in lines.take_while(|l| !l.starts_with("note:")).take(5) {
-        out.push(' ');
-        out.push_str(line.trim());
+    if let Some(own) = protected.iter().find(|o| canonical.starts_with(o)) {
+        return Err(format!(
+            "the granted directory {} is inside warden's own {}; no plugin may be granted it",
+            canonical.display(),
+            own.display()
+        ));
     }
-    Some(out.chars().take(1000).collect())
+    Ok(canonical)
 }
 
 /// Run `call` on a store within its time limit; a trap or a timeout becomes
@@ -450,14 +446,16 @@ pub async fn run<T>(
     guest: &str,
     call: impl AsyncFnOnce(&mut Store<GuestState>) -> wasmtime::Result<T>,
 ) -> Result<T, GuestError> {
-    match tokio::time::timeout(limits.timeout, call(store)).await {
+    let result = match tokio::time::timeout(limits.timeout, call(store)).await {
         Err(_) => Err(GuestError::Timeout {
             guest: guest.to_string(),
             limit_ms: limits.timeout.as_millis() as u64,
         }),
         Ok(Err(e)) => Err(classify(e, guest, limits, &store.data().stderr())),
         Ok(Ok(v)) => Ok(v),
-    }
+    };
+    store.data().report_output();
+    result
 }
 
 /// Turn a wasmtime failure into what the model and the operator are told,
@@ -480,6 +478,12 @@ pub fn classify(err: wasmtime::Error, guest: &str, limits: &Limits, stderr: &str
         }
         _ => {}
     }
+    if let Some(message) = budget::over_budget(&format!("{err:#}")) {
+        return GuestError::OverBudget {
+            guest: guest.to_string(),
+            message,
+        };
+    }
     // The store's limiter turns a refused memory.grow into a trap; a Rust
     // guest whose allocation fails aborts with "memory allocation of N bytes failed".
     if root.contains("growing memory") || stderr.contains("memory allocation of") {
@@ -500,8 +504,12 @@ pub fn classify(err: wasmtime::Error, guest: &str, limits: &Limits, stderr: &str
         Some(t) => t.to_string(),
         None => root,
     };
-    if let Some(panic) = panic_message(stderr) {
-        message = format!("{panic} ({message})");
+    if let Some(why) = guest_output::crash_summary(stderr) {
+        message = format!("{why} ({message})");
+    }
+    if !stderr.is_empty() {
+        // The whole of it for the operator; the model gets the one line above.
+        tracing::warn!(guest, stderr, "guest crashed: {message}");
     }
     GuestError::Trap {
         guest: guest.to_string(),

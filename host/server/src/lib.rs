@@ -1,48 +1,69 @@
-//! `warden serve`: the HTTP API and live event stream over the agent core,
-//! the way OpenCode's clients talk to `opencode serve`.
+//! `warden serve`: OpenCode's server protocol over warden's agent core, so
+//! OpenCode's own clients (`opencode run --attach`, the `opencode attach`
+//! TUI, the `@opencode-ai/sdk`) drive warden's model, tools, sandbox and
+//! ledger.
 //!
-//! Where to start reading: [`router`] (every route, the auth layer, the body
-//! limit and the JSON fallbacks), then `routes.rs` (REST) and `event.rs`
-//! (SSE). The OpenAPI document at `/doc` is generated from the handlers'
-//! annotations and the protocol types' schemas.
+//! Where to start reading: [`router`] (every route, the auth and CORS
+//! layers, the body limit and the JSON fallbacks), then `session.rs`
+//! (sessions, messages, prompts, aborts), `permission.rs`, `event.rs` (the
+//! two event streams), `catalog.rs` (what the clients read at start-up:
+//! agents, providers, config, paths) and `auth.rs`. The OpenAPI document at
+//! `/doc` is generated from the handlers' annotations and the protocol
+//! types' schemas.
 
+mod auth;
+mod catalog;
 mod error;
 mod event;
+mod permission;
 mod routes;
+mod session;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{StatusCode, header};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::middleware;
 use axum::{Json, Router};
 use serde_json::Value;
-use subtle::ConstantTimeEq;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use warden_core::Core;
+use warden_protocol::ModelRef;
 
 pub use error::{ApiError, ErrorBody};
 
 /// How the server is set up.
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
-    /// Required on every request when set: `Authorization: Bearer TOKEN`
-    /// (or `?token=TOKEN`, for EventSource clients that cannot set headers).
+    /// Required on every request when set: HTTP Basic with user
+    /// [`username`](Self::username) and this password (what OpenCode's
+    /// clients send from `OPENCODE_SERVER_PASSWORD`), `Authorization: Bearer
+    /// TOKEN`, or `?token=TOKEN`.
     pub token: Option<String>,
+    /// The Basic-auth user name (OpenCode's default: `opencode`).
+    pub username: String,
     /// The working directory of sessions created without one, and the root
     /// every session's directory must be inside.
     pub directory: PathBuf,
+    /// Where the ledger lives, for `GET /path`.
+    pub data_dir: PathBuf,
+    /// The config file in use, if any, for `GET /path`.
+    pub config_path: Option<PathBuf>,
+    /// The model of prompts that name none (before the agent's and the config's).
+    pub model: Option<ModelRef>,
     /// What `GET /plugin` answers: one object per plugin.
     pub plugins: Vec<Value>,
+    /// Browser origins allowed to call the API (CORS), e.g. `https://app.example`.
+    pub cors: Vec<String>,
     /// The largest request body accepted, in bytes.
     pub body_limit: usize,
     /// Let HTTP clients choose `scripted:PATH` models (a cassette names a
     /// file it appends to, so this is for tests and demos, not exposure).
+    /// The server's own default model is always allowed.
     pub allow_scripted: bool,
 }
 
@@ -50,8 +71,13 @@ impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
             token: None,
+            username: "opencode".into(),
             directory: PathBuf::from("."),
+            data_dir: PathBuf::from("."),
+            config_path: None,
+            model: None,
             plugins: Vec::new(),
+            cors: Vec::new(),
             body_limit: 1 << 20,
             allow_scripted: false,
         }
@@ -61,6 +87,8 @@ impl Default for ServerOptions {
 pub(crate) struct Inner {
     pub core: Core,
     pub options: ServerOptions,
+    /// When the server started (ms), the time of the one project it serves.
+    pub started: i64,
 }
 
 /// Shared by every handler.
@@ -74,13 +102,45 @@ impl std::ops::Deref for AppState {
     }
 }
 
+impl AppState {
+    fn allows_origin(&self, origin: &str) -> bool {
+        self.options
+            .cors
+            .iter()
+            .any(|o| o.trim_end_matches('/') == origin)
+    }
+
+    /// The model a prompt naming none gets: the server's, else the default
+    /// agent's, else the config's. `None` when nothing names one.
+    pub(crate) fn default_model(&self) -> Option<ModelRef> {
+        let agents = self.core.agents();
+        self.options
+            .model
+            .clone()
+            .or_else(|| {
+                agents
+                    .get(agents.default_name())
+                    .ok()
+                    .and_then(|a| a.model.clone())
+            })
+            .or_else(|| {
+                self.core
+                    .config()
+                    .model
+                    .as_deref()
+                    .and_then(|m| warden_core::llm::Models::parse(m).ok())
+            })
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "warden", description = "The warden agent host: sessions, prompts, the live event stream, permission asks."),
+    info(title = "warden", description = "The warden agent host, speaking OpenCode's server protocol: sessions, messages with parts, prompts, aborts, permission asks, the event streams, and the catalogue OpenCode's clients read at start-up."),
     tags(
         (name = "session", description = "Sessions, their messages, prompts and aborts"),
         (name = "permission", description = "Permission asks waiting for an answer"),
-        (name = "event", description = "The live event stream"),
+        (name = "event", description = "The live event streams"),
+        (name = "catalog", description = "Agents, providers and models, config, paths: what clients read at start-up"),
         (name = "plugin", description = "Loaded plugins and their grants"),
         (name = "server", description = "Health")
     )
@@ -90,25 +150,75 @@ struct ApiDoc;
 /// The whole API.
 pub fn router(core: Core, options: ServerOptions) -> Router {
     let body_limit = options.body_limit;
-    let state = AppState(Arc::new(Inner { core, options }));
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let state = AppState(Arc::new(Inner {
+        core,
+        options,
+        started,
+    }));
     let (api, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(routes::health))
-        .routes(routes!(routes::list_sessions, routes::create_session))
-        .routes(routes!(routes::get_session, routes::delete_session))
-        .routes(routes!(routes::messages, routes::prompt))
-        .routes(routes!(routes::prompt_async))
-        .routes(routes!(routes::abort))
-        .routes(routes!(routes::pending_permissions))
-        .routes(routes!(routes::reply_permission))
+        .routes(routes!(routes::global_health))
         .routes(routes!(routes::plugins))
+        .routes(routes!(session::list, session::create))
+        .routes(routes!(session::statuses))
+        .routes(routes!(session::get, session::delete))
+        .routes(routes!(session::messages, session::prompt))
+        .routes(routes!(session::prompt_async))
+        .routes(routes!(session::abort))
+        .routes(routes!(session::todo))
+        .routes(routes!(session::diff))
+        .routes(routes!(session::children))
+        .routes(routes!(permission::pending))
+        .routes(routes!(permission::reply))
+        .routes(routes!(permission::reply_in_session))
         .routes(routes!(event::events))
+        .routes(routes!(event::global_events))
+        .routes(routes!(catalog::config))
+        .routes(routes!(catalog::config_providers))
+        .routes(routes!(catalog::providers))
+        .routes(routes!(catalog::provider_auth))
+        .routes(routes!(catalog::agents))
+        .routes(routes!(catalog::commands))
+        .routes(routes!(catalog::path))
+        .routes(routes!(catalog::project_current))
+        .routes(routes!(catalog::projects))
+        .routes(routes!(catalog::project_directories))
+        .routes(routes!(catalog::vcs))
+        .routes(routes!(catalog::formatter))
+        .routes(routes!(catalog::lsp))
+        .routes(routes!(catalog::mcp))
+        .routes(routes!(catalog::capabilities))
+        .routes(routes!(catalog::console))
+        .routes(routes!(catalog::resources))
+        .routes(routes!(catalog::workspaces))
+        .routes(routes!(catalog::workspace_status))
+        .routes(routes!(catalog::location))
+        .routes(routes!(catalog::api_list))
         .split_for_parts();
     let doc = Arc::new(doc);
+    // MCP clients (streamable HTTP): warden's tools, each call checked like a session's.
+    let mcp = warden_mcp::http_service(
+        state.core.clone(),
+        state.options.directory.clone(),
+        state.options.token.is_some(),
+    );
+    // Under `/warden/`: OpenCode's clients read `GET /mcp` as the MCP servers' status.
+    let api = api.nest_service("/warden/mcp", mcp);
     api.route(
         "/doc",
         axum::routing::get(move || async move { Json(doc.as_ref().clone()) }),
     )
-    .fallback(|| async { ApiError::not_found("no such endpoint; GET /doc lists them") })
+    .fallback(|uri: axum::http::Uri| async move {
+        tracing::debug!(%uri, "no such endpoint");
+        ApiError::not_found(format!(
+            "no such endpoint {}; GET /doc lists them",
+            uri.path()
+        ))
+    })
     .method_not_allowed_fallback(|| async {
         ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -117,106 +227,15 @@ pub fn router(core: Core, options: ServerOptions) -> Router {
         )
     })
     .layer(DefaultBodyLimit::max(body_limit))
-    .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+    .layer(middleware::from_fn_with_state(
+        state.clone(),
+        auth::authenticate,
+    ))
+    .layer(middleware::from_fn_with_state(state.clone(), auth::cors))
     .with_state(state)
-}
-
-/// Refuse requests without the token, when one is set; without one, refuse
-/// requests not addressed to this machine by name (a web page that rebinds
-/// its own domain to 127.0.0.1 must not reach the API).
-async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let Some(token) = &state.options.token else {
-        let host = request
-            .headers()
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        let origin = request
-            .headers()
-            .get(header::ORIGIN)
-            .and_then(|v| v.to_str().ok());
-        if !is_loopback_host(host) || origin.is_some_and(|o| !is_loopback_origin(o)) {
-            return ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden_host",
-                "without a token this server only answers requests addressed to localhost; start it with --token to serve other names",
-            )
-            .into_response();
-        }
-        return next.run(request).await;
-    };
-    let from_header = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let from_query = request
-        .uri()
-        .query()
-        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")));
-    let given = from_header.or(from_query).unwrap_or("");
-    if bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
-        next.run(request).await
-    } else {
-        ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "send the server's token: Authorization: Bearer TOKEN",
-        )
-        .into_response()
-    }
-}
-
-/// `localhost`, `127.0.0.1` or `[::1]`, with any port.
-fn is_loopback_host(host: &str) -> bool {
-    let name = if let Some(v6) = host.strip_prefix('[') {
-        v6.split(']').next().unwrap_or("")
-    } else {
-        host.rsplit_once(':').map_or(host, |(h, _)| h)
-    };
-    matches!(
-        name.to_ascii_lowercase().as_str(),
-        "localhost" | "127.0.0.1" | "::1"
-    )
-}
-
-fn is_loopback_origin(origin: &str) -> bool {
-    origin
-        .split_once("://")
-        .is_some_and(|(scheme, host)| matches!(scheme, "http" | "https") && is_loopback_host(host))
 }
 
 /// Whether binding to `addr` needs a token: anything but loopback does.
 pub fn needs_token(addr: &SocketAddr) -> bool {
     !addr.ip().is_loopback()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_loopback_names_pass_without_a_token() {
-        for ok in [
-            "localhost",
-            "localhost:4096",
-            "127.0.0.1:80",
-            "[::1]:4096",
-            "LOCALHOST",
-        ] {
-            assert!(is_loopback_host(ok), "{ok}");
-        }
-        for bad in [
-            "",
-            "evil.example",
-            "evil.example:4096",
-            "127.0.0.1.nip.io",
-            "10.0.0.1:4096",
-        ] {
-            assert!(!is_loopback_host(bad), "{bad}");
-        }
-        assert!(is_loopback_origin("http://localhost:3000"));
-        assert!(!is_loopback_origin("https://evil.example"));
-        assert!(!is_loopback_origin("null"));
-    }
 }

@@ -49,7 +49,7 @@ pub mod bindings {
     #[cfg(feature = "tool")]
     pub mod tool {
         wit_bindgen::generate!({
-            path: "../../wit",
+            path: "wit",
             world: "tool-plugin",
             pub_export_macro: true,
             export_macro_name: "__export_tool_plugin",
@@ -60,7 +60,7 @@ pub mod bindings {
     #[cfg(all(feature = "hook", feature = "tool"))]
     pub mod hook {
         wit_bindgen::generate!({
-            path: "../../wit",
+            path: "wit",
             world: "hook-plugin",
             pub_export_macro: true,
             export_macro_name: "__export_hook_plugin",
@@ -75,7 +75,7 @@ pub mod bindings {
     #[cfg(all(feature = "hook", not(feature = "tool")))]
     pub mod hook {
         wit_bindgen::generate!({
-            path: "../../wit",
+            path: "wit",
             world: "hook-plugin",
             pub_export_macro: true,
             export_macro_name: "__export_hook_plugin",

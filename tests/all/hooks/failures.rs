@@ -88,9 +88,14 @@ fn a_trapping_hook_fails_the_call_naming_the_hook_and_the_next_call_runs() {
             .collect()
     };
     let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    // What the crashing guest printed (its panic) is kept with the call.
     assert_eq!(
         stages("t1"),
-        [pair("permission", "echo"), pair("before", "hook:crashy")],
+        [
+            pair("permission", "echo"),
+            pair("stderr", "plugin:crashy"),
+            pair("before", "hook:crashy")
+        ],
         "the tool never ran"
     );
     let crashed = audit(&env, &run, "t1").pop().unwrap().3;
@@ -107,6 +112,7 @@ fn a_trapping_hook_fails_the_call_naming_the_hook_and_the_next_call_runs() {
             pair("before", "hook:garbled"),
             pair("tool", "echo"),
             pair("after", "hook:crashy"),
+            pair("stderr", "plugin:late-crashy"),
             pair("after", "hook:late-crashy"),
         ]
     );
@@ -140,13 +146,21 @@ fn a_fail_open_hook_that_traps_lets_the_call_through_and_the_audit_keeps_the_cra
     );
     let trail = audit(&env, &run, "c1");
     let stages: Vec<&str> = trail.iter().map(|r| r.0.as_str()).collect();
-    assert_eq!(stages, ["permission", "before", "tool", "after"]);
-    for r in [&trail[1], &trail[3]] {
+    assert_eq!(
+        stages,
+        ["permission", "stderr", "before", "tool", "stderr", "after"]
+    );
+    for r in [&trail[2], &trail[5]] {
         assert_eq!(r.1, "hook:lenient");
         assert!(
             r.3.contains("crashed") && r.3.contains("fixture hook lenient trapped"),
             "{r:?}"
         );
+    }
+    // What it printed, its panic, is kept beside each crash.
+    for r in [&trail[1], &trail[4]] {
+        assert_eq!(r.1, "plugin:lenient");
+        assert!(r.3.contains("fixture hook lenient trapped"), "{r:?}");
     }
     assert_eq!(
         timeline(&env.ledger(), &run.session(), "c1"),

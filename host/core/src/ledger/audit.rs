@@ -23,7 +23,8 @@ pub struct AuditEntry {
     pub message_id: Option<MessageId>,
     pub call_id: Option<String>,
     pub at: Millis,
-    /// `permission`, `before`, `tool`, `after`, `ask`.
+    /// `permission`, `before`, `tool`, `after`, `ask`; `stdout` / `stderr`
+    /// for what a guest printed during the call.
     pub stage: String,
     /// What was called or checked: `read` (tool), `plugin:name` (guest), ...
     pub subject: String,

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use rusqlite::{Connection, OptionalExtension, params};
 use warden_protocol::{
     Event, MessageId, MessageInfo, MessageWithParts, Millis, Part, PartBody, Rule, SessionId,
-    SessionInfo,
+    SessionInfo, SessionTime,
 };
 
 use checkpoint::Checkpointer;
@@ -143,14 +143,16 @@ impl Ledger {
     /// Create a session working in `directory`.
     pub fn create_session(&self, directory: &str, title: &str) -> Result<SessionInfo> {
         let now = now_ms();
-        let info = SessionInfo {
-            id: SessionId(id::ascending(SessionId::PREFIX)),
-            title: title.to_string(),
-            directory: directory.to_string(),
-            permission: Vec::new(),
-            created: now,
-            updated: now,
-        };
+        let info = SessionInfo::new(
+            SessionId(id::ascending(SessionId::PREFIX)),
+            title.to_string(),
+            directory.to_string(),
+            Vec::new(),
+            SessionTime {
+                created: now,
+                updated: now,
+            },
+        );
         self.conn().execute(
             "INSERT INTO session (id, title, directory, permission, created_at, updated_at) VALUES (?1, ?2, ?3, '[]', ?4, ?4)",
             params![info.id.as_str(), info.title, info.directory, now],
@@ -282,7 +284,7 @@ impl Ledger {
         let (role, id, sid) = header_fields(info);
         let body = codec::slim_tokens(codec::strip(
             body,
-            &[("role", &role), ("id", &id), ("session_id", &sid)],
+            &[("role", &role), ("id", &id), ("sessionID", &sid)],
         ));
         let now = now_ms();
         let n = self
@@ -422,7 +424,7 @@ impl Ledger {
                     &[
                         ("role", &codec::quoted(&role)),
                         ("id", &codec::quoted(&id)),
-                        ("session_id", &sid),
+                        ("sessionID", &sid),
                     ],
                 );
                 let info: MessageInfo = decode(&info, || format!("message {id}"))?;
@@ -555,14 +557,16 @@ fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<SessionInfo>> {
             }));
         }
     };
-    Ok(Ok(SessionInfo {
-        id: SessionId(id),
-        title: r.get(1)?,
-        directory: r.get(2)?,
-        permission: rules,
-        created: r.get(4)?,
-        updated: r.get(5)?,
-    }))
+    Ok(Ok(SessionInfo::new(
+        SessionId(id),
+        r.get(1)?,
+        r.get(2)?,
+        rules,
+        SessionTime {
+            created: r.get(4)?,
+            updated: r.get(5)?,
+        },
+    )))
 }
 
 fn decode<T: serde::de::DeserializeOwned>(text: &str, what: impl FnOnce() -> String) -> Result<T> {
@@ -584,7 +588,8 @@ pub fn has_content(parts: &[Part]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use warden_protocol::{ModelRef, ToolState, UserInfo};
+    use serde_json::json;
+    use warden_protocol::{MessageError, MessageTime, ModelRef, ToolState, UserInfo};
 
     fn ledger() -> Ledger {
         Ledger::in_memory(Bus::new()).unwrap()
@@ -594,7 +599,7 @@ mod tests {
         MessageInfo::User(UserInfo {
             id: MessageId(id::ascending("msg")),
             session_id: session.clone(),
-            created: 1,
+            time: MessageTime::at(1),
             agent: "build".into(),
             model: ModelRef {
                 provider: "scripted".into(),
@@ -711,7 +716,7 @@ mod tests {
             MessageInfo::User(UserInfo {
                 id: MessageId(id::ascending("msg")),
                 session_id: s.id.clone(),
-                created: n as i64,
+                time: MessageTime::at(n as i64),
                 agent: "build".into(),
                 model: ModelRef {
                     provider: "scripted".into(),
@@ -827,6 +832,68 @@ mod tests {
     }
 
     #[test]
+    fn message_headers_written_before_opencode_s_shapes_are_carried_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(schema::MIGRATIONS[0]).unwrap();
+        c.pragma_update(None, "user_version", 1).unwrap();
+        let (sid, user, answer) = (
+            id::ascending("ses"),
+            id::ascending("msg"),
+            id::ascending("msg"),
+        );
+        c.execute(
+            "INSERT INTO session (id, title, directory, created_at, updated_at) VALUES (?1, 't', '/w', 1, 1)",
+            [&sid],
+        )
+        .unwrap();
+        let old_user = json!({"role": "user", "id": user, "session_id": sid, "created": 5,
+            "agent": "build", "model": {"provider": "scripted", "model": "x"}});
+        let old_answer = json!({"role": "assistant", "id": answer, "session_id": sid,
+            "parent_id": user, "agent": "build", "model": {"provider": "openai", "model": "gpt"},
+            "created": 6, "completed": 9, "finish": "stop", "cost": 0.5,
+            "error": {"name": "Provider", "message": "503 from the provider", "status": 503}});
+        for (id, role, info) in [
+            (&user, "user", &old_user),
+            (&answer, "assistant", &old_answer),
+        ] {
+            c.execute(
+                "INSERT INTO message (session_id, id, role, info, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, 1, 1)",
+                rusqlite::params![sid, id, role, info.to_string()],
+            )
+            .unwrap();
+        }
+        drop(c);
+
+        let l = Ledger::open(&path, Bus::new()).unwrap();
+        let messages = l.messages(&SessionId(sid.clone())).unwrap();
+        let infos: Vec<_> = messages.iter().map(|m| m.info.clone()).collect();
+        let MessageInfo::User(u) = &infos[0] else {
+            panic!("{infos:?}")
+        };
+        assert_eq!(
+            (u.time, u.model.provider.as_str()),
+            (MessageTime::at(5), "scripted")
+        );
+        let MessageInfo::Assistant(a) = &infos[1] else {
+            panic!("{infos:?}")
+        };
+        assert_eq!(a.parent_id.0, user);
+        assert_eq!((a.mode.as_str(), a.model.model.as_str()), ("build", "gpt"));
+        assert_eq!((a.time.created, a.time.completed), (6, Some(9)));
+        assert_eq!((a.path.cwd.as_str(), a.path.root.as_str()), ("/w", "/w"));
+        assert_eq!(
+            a.error,
+            Some(MessageError::Provider {
+                message: "503 from the provider".into(),
+                status: Some(503)
+            })
+        );
+        assert_eq!(a.cost, 0.5);
+    }
+
+    #[test]
     fn a_ledger_from_before_the_schema_was_fixed_is_refused_with_a_way_out() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("l.db");
@@ -914,7 +981,7 @@ mod tests {
         MessageInfo::User(UserInfo {
             id: MessageId(id.into()),
             session_id: session.clone(),
-            created,
+            time: MessageTime::at(created),
             agent: "build".into(),
             model: ModelRef {
                 provider: "scripted".into(),

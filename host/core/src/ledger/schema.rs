@@ -85,7 +85,45 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (session_id, seq)
     ) WITHOUT ROWID;
     "#,
-    // 2: what a step costs on disk. Sessions and messages get integer keys
+    // 2: message headers in OpenCode's shapes (`sessionID`, `parentID`,
+    // `providerID` / `modelID`, `time: {created, completed}`, `mode`, `path`,
+    // errors as `{name, data}`), rewritten in place so sessions written
+    // before keep reading. Parts need nothing: their old names are aliases.
+    r#"
+    UPDATE message SET info = json_set(info, '$.error', json_object(
+        'name', CASE json_extract(info, '$.error.name')
+                  WHEN 'Provider' THEN 'APIError'
+                  WHEN 'ContextOverflow' THEN 'ContextOverflowError'
+                  WHEN 'Aborted' THEN 'MessageAbortedError'
+                  ELSE 'MessageInterruptedError' END,
+        'data', json_object(
+            'message', json_extract(info, '$.error.message'),
+            'statusCode', json_extract(info, '$.error.status'))))
+    WHERE json_extract(info, '$.error.name') IN ('Provider', 'ContextOverflow', 'Aborted', 'Interrupted');
+    UPDATE message SET info = json_set(
+        json_remove(info, '$.session_id', '$.created', '$.model'),
+        '$.sessionID', json_extract(info, '$.session_id'),
+        '$.time', json_object('created', json_extract(info, '$.created')),
+        '$.model', json_object(
+            'providerID', json_extract(info, '$.model.provider'),
+            'modelID', json_extract(info, '$.model.model')))
+    WHERE role = 'user' AND json_extract(info, '$.session_id') IS NOT NULL;
+    UPDATE message SET info = json_set(
+        json_remove(info, '$.session_id', '$.parent_id', '$.model', '$.created', '$.completed'),
+        '$.sessionID', json_extract(info, '$.session_id'),
+        '$.parentID', json_extract(info, '$.parent_id'),
+        '$.mode', json_extract(info, '$.agent'),
+        '$.providerID', json_extract(info, '$.model.provider'),
+        '$.modelID', json_extract(info, '$.model.model'),
+        '$.path', json_object(
+            'cwd', (SELECT directory FROM session WHERE session.id = message.session_id),
+            'root', (SELECT directory FROM session WHERE session.id = message.session_id)),
+        '$.time', json_object(
+            'created', json_extract(info, '$.created'),
+            'completed', json_extract(info, '$.completed')))
+    WHERE role = 'assistant' AND json_extract(info, '$.session_id') IS NOT NULL;
+    "#,
+    // 3: what a step costs on disk. Sessions and messages get integer keys
     // that every other row refers to (a text id is 26 bytes, a key 1 to 3);
     // a header's JSON leaves out its role and ids and a part's its type (all
     // columns); the part kind is a small code. A tool call's timeline rows
@@ -116,7 +154,7 @@ pub const MIGRATIONS: &[&str] = &[
         updated_at  INTEGER NOT NULL
     );
     INSERT INTO message_v2 (session, id, role, info, created_at, updated_at)
-        SELECT s.key, m.id, m.role, json_remove(m.info, '$.role', '$.id', '$.session_id'),
+        SELECT s.key, m.id, m.role, json_remove(m.info, '$.role', '$.id', '$.sessionID', '$.session_id'),
                m.created_at, m.updated_at
         FROM message m JOIN session_v2 s ON s.id = m.session_id ORDER BY m.session_id, m.id;
     CREATE UNIQUE INDEX message_by_id ON message_v2 (session, id);

@@ -287,7 +287,7 @@ mod tests {
             patterns: vec!["a.txt".into()],
             always: vec!["a.txt".into()],
             metadata: json!({}),
-            call_id: None,
+            tool: None,
         }
     }
 

@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 use warden_protocol::llm::UserContent;
 use warden_protocol::{
     AssistantInfo, ChatMessage, Event, LlmRequest, MessageError, MessageId, MessageInfo,
-    MessageWithParts, Part, PartBody, SessionId, SessionInfo, Tokens, UserInfo,
+    MessagePath, MessageTime, MessageWithParts, Part, PartBody, SessionId, SessionInfo, Tokens,
+    UserInfo,
 };
 
 use super::CoreInner;
@@ -64,7 +65,7 @@ pub fn pending<'a, M: AsRef<MessageWithParts>>(
     let answered = msgs
         .iter()
         .filter_map(|m| history::assistant(m.as_ref()))
-        .any(|a| a.parent_id == user.id && a.summary && a.completed.is_some());
+        .any(|a| a.parent_id == user.id && a.summary && a.time.completed.is_some());
     (is_request && !answered).then_some(m)
 }
 
@@ -79,7 +80,7 @@ pub(crate) fn queue(
     let info = MessageInfo::User(UserInfo {
         id: MessageId(id::ascending(MessageId::PREFIX)),
         session_id: session_id.clone(),
-        created: now_ms(),
+        time: MessageTime::at(now_ms()),
         agent: user.agent.clone(),
         model: user.model.clone(),
     });
@@ -131,9 +132,13 @@ pub(crate) async fn process(
         session_id: session.id.clone(),
         parent_id: user.id.clone(),
         agent: agent.name.clone(),
+        mode: agent.name.clone(),
         model: user.model.clone(),
-        created: now_ms(),
-        completed: None,
+        path: MessagePath::of(&session.directory),
+        time: MessageTime {
+            created: now_ms(),
+            completed: None,
+        },
         finish: None,
         tokens: Default::default(),
         cost: 0.0,
@@ -188,7 +193,7 @@ pub(crate) async fn process(
         let next = MessageInfo::User(UserInfo {
             id: MessageId(id::ascending(MessageId::PREFIX)),
             session_id: session.id.clone(),
-            created: now_ms(),
+            time: MessageTime::at(now_ms()),
             agent: user.agent.clone(),
             model: user.model.clone(),
         });

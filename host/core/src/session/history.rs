@@ -236,14 +236,14 @@ fn result_of(call_id: &str, tool: &str, state: &ToolState) -> ToolResultContent 
 mod tests {
     use super::*;
     use serde_json::json;
-    use warden_protocol::{MessageId, ModelRef, SessionId};
+    use warden_protocol::{MessageId, MessagePath, MessageTime, ModelRef, SessionId};
 
     fn user(id: &str) -> MessageWithParts {
         MessageWithParts {
             info: MessageInfo::User(UserInfo {
                 id: MessageId(id.into()),
                 session_id: SessionId("s".into()),
-                created: 0,
+                time: MessageTime::at(0),
                 agent: "build".into(),
                 model: ModelRef {
                     provider: "scripted".into(),
@@ -275,12 +275,16 @@ mod tests {
                 session_id: SessionId("s".into()),
                 parent_id: MessageId(parent.into()),
                 agent: "build".into(),
+                mode: "build".into(),
                 model: ModelRef {
                     provider: "scripted".into(),
                     model: "x".into(),
                 },
-                created: 0,
-                completed: Some(1),
+                path: MessagePath::of("/w"),
+                time: MessageTime {
+                    created: 0,
+                    completed: Some(1),
+                },
                 finish: Some(warden_protocol::FinishReason::Stop),
                 tokens: Default::default(),
                 cost: 0.0,

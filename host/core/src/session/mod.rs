@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use warden_protocol::{
-    Action, MessageId, MessageInfo, MessageWithParts, ModelRef, Part, PartBody, Rule, SessionId,
-    SessionInfo, SessionStatus, UserInfo,
+    Action, MessageId, MessageInfo, MessageTime, MessageWithParts, ModelRef, Part, PartBody, Rule,
+    SessionId, SessionInfo, SessionStatus, UserInfo,
 };
 
 use crate::agent::Agents;
@@ -151,12 +151,29 @@ impl Core {
         &self.inner.permissions
     }
 
+    /// The config the core was built from.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
     pub fn agents(&self) -> &Agents {
         &self.inner.agents
     }
 
     pub fn tools(&self) -> &Arc<dyn ToolHost> {
         &self.inner.tools
+    }
+
+    /// The host boundary as a session's calls see it (ledger, questions, tool
+    /// host, warden's own files), for front ends that run calls themselves,
+    /// such as the MCP server.
+    pub fn call_env(&self) -> crate::tool::call::CallEnv {
+        crate::tool::call::CallEnv::new(
+            self.inner.ledger.clone(),
+            self.inner.permissions.clone(),
+            self.inner.tools.clone(),
+        )
+        .protecting(self.inner.protected.clone())
     }
 
     /// A session's status in this process.
@@ -278,7 +295,7 @@ impl Core {
             let answered = msgs
                 .iter()
                 .filter_map(history::assistant)
-                .any(|a| a.id > user_id && a.completed.is_some());
+                .any(|a| a.id > user_id && a.time.completed.is_some());
             // An abort ends the prompt too, even if it landed before an answer began.
             let aborted = self.inner.runners.take_aborted(&session.id);
             if answered || aborted {
@@ -332,7 +349,7 @@ impl Core {
         let info = MessageInfo::User(UserInfo {
             id: MessageId(id::ascending(MessageId::PREFIX)),
             session_id: session.id.clone(),
-            created: now_ms(),
+            time: MessageTime::at(now_ms()),
             agent: agent.name.clone(),
             model,
         });

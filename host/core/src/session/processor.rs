@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use warden_protocol::part::TextTime;
 use warden_protocol::{
     Action, AssistantInfo, Event, LlmEvent, LlmRequest, MessageError, MessageInfo,
-    MessageWithParts, Part, PartBody, PermissionReply, PermissionRequest, ProviderError,
-    SessionInfo, SessionStatus, ToolState,
+    MessageWithParts, Part, PartBody, PermissionReply, PermissionRequest, PermissionTool,
+    ProviderError, SessionInfo, SessionStatus, ToolState,
 };
 
 use super::CoreInner;
@@ -257,7 +257,7 @@ impl<'a> Processor<'a> {
                 let _ = self.close_streamed();
                 let _ =
                     self.interrupt_calls(false, "warden stopped this step after an internal error");
-                self.info.completed = Some(now_ms());
+                self.info.time.completed = Some(now_ms());
                 let _ = self
                     .core
                     .ledger
@@ -268,7 +268,7 @@ impl<'a> Processor<'a> {
 
         self.close_streamed()?;
         self.interrupt_calls(false, cleanup_reason)?;
-        self.info.completed = Some(now_ms());
+        self.info.time.completed = Some(now_ms());
         self.core
             .ledger
             .put_message(&MessageInfo::Assistant(self.info.clone()))?;
@@ -469,11 +469,7 @@ impl<'a> Processor<'a> {
             self.calls[idx].tool_state(),
             Some(ToolState::Pending { .. })
         ) {
-            tracing::warn!(
-                call_id,
-                "the model sent the same tool call twice; the repeat is ignored"
-            );
-            return Ok(());
+            return self.refuse_duplicate(&call_id, &name, &raw);
         }
         if let PartBody::Tool {
             tool,
@@ -702,7 +698,10 @@ impl<'a> Processor<'a> {
                     patterns: vec![name.to_string()],
                     always: vec![name.to_string()],
                     metadata: json!({"tool": name, "input": input}),
-                    call_id: Some(call_id.to_string()),
+                    tool: Some(PermissionTool {
+                        message_id: self.info.id.clone(),
+                        call_id: call_id.to_string(),
+                    }),
                 };
                 let reply = self.core.permissions.ask(request, &self.cancel).await;
                 let entry = crate::ledger::AuditEntry {
@@ -770,6 +769,34 @@ impl<'a> Processor<'a> {
         let part = self.new_part(body);
         self.core.ledger.put_part(&part, PartWrite::Changed)?;
         Ok(part)
+    }
+
+    /// A second call with an id already used in this step never runs, and
+    /// is not dropped either: it gets a part of its own (its id suffixed, so
+    /// every call stays paired with one result) that ends in an error the
+    /// model is shown.
+    fn refuse_duplicate(&mut self, call_id: &str, name: &str, raw: &str) -> Result<(), Halt> {
+        let n = self
+            .calls
+            .iter()
+            .filter(|p| p.call_id().is_some_and(|c| c.starts_with(call_id)))
+            .count();
+        let id = format!("{call_id}-duplicate-{n}");
+        tracing::warn!(
+            call_id,
+            "the model sent two calls with one id; the second is refused"
+        );
+        let idx = self.ensure_pending(&id, name)?;
+        let input = match serde_json::from_str::<Value>(raw) {
+            Ok(v @ Value::Object(_)) => v,
+            _ => json!({}),
+        };
+        self.transition(idx, |s, now| s.start(input.clone(), now))?;
+        let error = format!(
+            "refused: this step already has a tool call with the id `{call_id}`; each call needs its own id, so this one (`{name}`) did not run"
+        );
+        self.transition(idx, |s, now| s.fail(error.clone(), None, now))?;
+        Ok(())
     }
 
     fn ensure_pending(&mut self, call_id: &str, name: &str) -> Result<usize> {

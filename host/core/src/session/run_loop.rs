@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 use warden_protocol::llm::AssistantContent;
 use warden_protocol::{
     AssistantInfo, ChatMessage, Event, FinishReason, LlmRequest, MessageError, MessageId,
-    MessageInfo, MessageWithParts, PartBody, SessionId, SessionInfo, SessionStatus, ToolSpec,
+    MessageInfo, MessagePath, MessageTime, MessageWithParts, PartBody, SessionId, SessionInfo,
+    SessionStatus, ToolSpec,
 };
 
 use super::history::{self, assistant};
@@ -116,9 +117,13 @@ pub(crate) async fn run(
             session_id: session_id.clone(),
             parent_id: user.id.clone(),
             agent: agent.name.clone(),
+            mode: agent.name.clone(),
             model: user.model.clone(),
-            created: now_ms(),
-            completed: None,
+            path: MessagePath::of(&session.directory),
+            time: MessageTime {
+                created: now_ms(),
+                completed: None,
+            },
             finish: None,
             tokens: Default::default(),
             cost: 0.0,
@@ -226,7 +231,7 @@ fn recover_stale(core: &CoreInner, session_id: &SessionId) -> Result<()> {
         let MessageInfo::Assistant(mut info) = m.info else {
             continue;
         };
-        if info.completed.is_some() {
+        if info.time.completed.is_some() {
             continue;
         }
         for mut part in m.parts {
@@ -237,7 +242,7 @@ fn recover_stale(core: &CoreInner, session_id: &SessionId) -> Result<()> {
                 core.ledger.put_part(&part, PartWrite::Changed)?;
             }
         }
-        info.completed = Some(now);
+        info.time.completed = Some(now);
         info.error.get_or_insert(MessageError::Interrupted {
             message: "the process running this step stopped before it ended; the session was resumed from the ledger"
                 .into(),

@@ -37,6 +37,7 @@ impl ToolHost for RustTools {
                     plugin: "rust".into(),
                     hash: "0".repeat(64),
                 },
+                mapped: true,
             })
             .collect()
     }

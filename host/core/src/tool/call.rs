@@ -20,7 +20,9 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use warden_protocol::{Action, PermissionReply, PermissionRequest, Rule, SessionId};
+use warden_protocol::{
+    Action, PermissionReply, PermissionRequest, PermissionTool, Rule, SessionId,
+};
 
 use super::{
     AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookDef, ToolDef,
@@ -32,12 +34,12 @@ use crate::permission::{self, Permissions, wildcard};
 
 /// What the boundary needs from the core.
 #[derive(Clone)]
-pub(crate) struct CallEnv {
+pub struct CallEnv {
     pub ledger: Ledger,
     pub permissions: Permissions,
     pub host: Arc<dyn ToolHost>,
     /// The audit entries of the call under way, written together at its end.
-    trail: Option<Arc<Mutex<Vec<AuditEntry>>>>,
+    trail: Option<Arc<Mutex<Trail>>>,
     /// Paths no tool may touch through its path argument, whatever the rules.
     protected: Arc<[Protected]>,
 }
@@ -70,18 +72,46 @@ impl CallEnv {
     /// Write the collected audit entries in one transaction.
     fn flush(&self) {
         let Some(trail) = &self.trail else { return };
-        let entries = std::mem::take(&mut *trail.lock().unwrap_or_else(|p| p.into_inner()));
-        if let Err(e) = self.ledger.audit_all(&entries) {
+        let mut trail = std::mem::take(&mut *trail.lock().unwrap_or_else(|p| p.into_inner()));
+        if trail.dropped > 0
+            && let Some(last) = trail.entries.last().cloned()
+        {
+            // One row says how many were not kept, so the trail stays honest.
+            trail.entries.push(AuditEntry {
+                stage: "audit".into(),
+                subject: "trail".into(),
+                plugin_hash: None,
+                decision: "truncated".into(),
+                rule: None,
+                duration_us: None,
+                outcome: Some(format!(
+                    "{} more entries of this call were not recorded (at most {MAX_AUDIT_ROWS} per call)",
+                    trail.dropped
+                )),
+                ..last
+            });
+        }
+        if let Err(e) = self.ledger.audit_all(&trail.entries) {
             tracing::warn!(error = %e, "could not write the audit trail");
         }
     }
 }
 
+/// The most audit rows one call writes; past it, one row counts the rest.
+pub const MAX_AUDIT_ROWS: usize = 64;
+
+/// The audit entries of one call.
+#[derive(Debug, Default)]
+struct Trail {
+    entries: Vec<AuditEntry>,
+    dropped: usize,
+}
+
 /// Called with progress a guest reports while it runs.
-pub(crate) type ProgressFn = Arc<dyn Fn(Option<String>, Value) + Send + Sync>;
+pub type ProgressFn = Arc<dyn Fn(Option<String>, Value) + Send + Sync>;
 
 /// One call to run.
-pub(crate) struct CallRequest {
+pub struct CallRequest {
     pub ctx: CallContext,
     pub tool: ToolDef,
     /// The parsed arguments (an object).
@@ -94,7 +124,7 @@ pub(crate) struct CallRequest {
 
 /// How the call ended.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum CallOutcome {
+pub enum CallOutcome {
     Completed {
         input: Value,
         output: ToolOutput,
@@ -108,9 +138,9 @@ pub(crate) enum CallOutcome {
 }
 
 /// Run one call through the boundary.
-pub(crate) async fn run(env: &CallEnv, req: CallRequest) -> CallOutcome {
+pub async fn run(env: &CallEnv, req: CallRequest) -> CallOutcome {
     let env = CallEnv {
-        trail: Some(Arc::new(Mutex::new(Vec::new()))),
+        trail: Some(Arc::new(Mutex::new(Trail::default()))),
         ..env.clone()
     };
     let outcome = boundary(&env, req).await;
@@ -134,6 +164,8 @@ async fn boundary(env: &CallEnv, req: CallRequest) -> CallOutcome {
     let observer: Arc<dyn CallObserver> = Arc::new(Observer {
         env: env.clone(),
         ctx: req.ctx.clone(),
+        url_permission: matches!(tool.pattern, super::PatternSource::Url(_))
+            .then(|| tool.permission.clone()),
         rules: req.rules.clone(),
         cancel: req.cancel.clone(),
         progress: req.progress.clone(),
@@ -391,11 +423,23 @@ async fn check_call(env: &CallEnv, req: &CallRequest, input: &Value) -> Result<(
         }
     }
     let pattern = super::pattern_of(&tool.pattern, input, &req.ctx.directory);
-    let eval = permission::evaluate_all(
+    let mut eval = permission::evaluate_all(
         &tool.permission,
         std::slice::from_ref(&pattern),
         &[&req.rules],
     );
+    // A tool the operator never mapped to a permission and an argument is
+    // invisible to path and URL rules, so a blanket `*` allow must not run
+    // it unseen: only a rule naming its permission allows it.
+    if !tool.mapped
+        && eval.action == Action::Allow
+        && eval
+            .rule
+            .as_ref()
+            .is_none_or(|r| r.permission != tool.permission)
+    {
+        eval.action = Action::Ask;
+    }
     let rule = eval.describe();
     match eval.action {
         Action::Allow => {
@@ -529,7 +573,10 @@ async fn ask(
         always: literal(&patterns),
         patterns: patterns.clone(),
         metadata,
-        call_id: Some(req.ctx.call_id.clone()),
+        tool: Some(PermissionTool {
+            message_id: req.ctx.message_id.clone(),
+            call_id: req.ctx.call_id.clone(),
+        }),
     };
     let reply = env.permissions.ask(request, &req.cancel).await;
     let decision = match reply {
@@ -659,7 +706,14 @@ fn audit_ctx(
         outcome: Some(outcome.to_string()),
     };
     match &env.trail {
-        Some(trail) => trail.lock().unwrap_or_else(|p| p.into_inner()).push(entry),
+        Some(trail) => {
+            let mut trail = trail.lock().unwrap_or_else(|p| p.into_inner());
+            if trail.entries.len() < MAX_AUDIT_ROWS {
+                trail.entries.push(entry);
+            } else {
+                trail.dropped += 1;
+            }
+        }
         None => {
             if let Err(e) = env.ledger.audit(&entry) {
                 tracing::warn!(error = %e, "could not write the audit trail");
@@ -672,6 +726,9 @@ fn audit_ctx(
 struct Observer {
     env: CallEnv,
     ctx: CallContext,
+    /// The tool's permission, when its rules are written on URLs: every
+    /// request it sends (redirects included) is checked against them.
+    url_permission: Option<String>,
     rules: Vec<Rule>,
     cancel: CancellationToken,
     progress: ProgressFn,
@@ -681,6 +738,47 @@ struct Observer {
 impl CallObserver for Observer {
     fn progress(&self, title: Option<String>, metadata: Value) {
         (self.progress)(title, metadata);
+    }
+
+    async fn check_url(&self, url: &super::url::Canonical) -> Result<(), String> {
+        let Some(permission) = &self.url_permission else {
+            return Ok(());
+        };
+        let host = url.host.to_string();
+        let eval = permission::evaluate(permission, &host, &[&self.rules]);
+        let rule = eval.describe();
+        let refused = eval.action == Action::Deny;
+        audit_ctx(
+            &self.env,
+            &self.ctx,
+            "request",
+            &url.to_string().chars().take(300).collect::<String>(),
+            None,
+            if refused { "denied" } else { "allowed" },
+            Some(&rule),
+            None,
+            if refused { "refused" } else { "ok" },
+        );
+        if refused {
+            return Err(format!(
+                "`{permission}` on `{host}` is denied by the rule `{rule}` (checked on every request, redirects included)"
+            ));
+        }
+        Ok(())
+    }
+
+    fn guest_output(&self, plugin: &str, stream: &str, text: String) {
+        audit_ctx(
+            &self.env,
+            &self.ctx,
+            stream,
+            &format!("plugin:{plugin}"),
+            None,
+            "printed",
+            None,
+            None,
+            &text,
+        );
     }
 
     async fn ask(
@@ -731,7 +829,10 @@ impl CallObserver for Observer {
                     always: literal(&patterns),
                     patterns: patterns.clone(),
                     metadata,
-                    call_id: Some(self.ctx.call_id.clone()),
+                    tool: Some(PermissionTool {
+                        message_id: self.ctx.message_id.clone(),
+                        call_id: self.ctx.call_id.clone(),
+                    }),
                 };
                 let reply = self.env.permissions.ask(request, &self.cancel).await;
                 let (decision, outcome) = match reply {

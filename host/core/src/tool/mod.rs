@@ -6,6 +6,7 @@
 //! [`ToolHost`] with wasmtime; tests may implement it with plain Rust.
 
 pub mod call;
+pub mod url;
 
 use std::sync::Arc;
 
@@ -58,6 +59,12 @@ pub struct ToolDef {
     pub permission: String,
     pub pattern: PatternSource,
     pub guest: GuestRef,
+    /// Whether the operator said how the rules see this tool (a permission
+    /// and which argument is its path or URL). An unmapped tool is never
+    /// allowed by a rule for `*`: only a rule naming its permission allows
+    /// it, otherwise it is asked about.
+    #[serde(default)]
+    pub mapped: bool,
 }
 
 /// A tool.execute.before / after hook.
@@ -128,6 +135,10 @@ pub enum GuestError {
     /// The guest asked for more memory than granted.
     #[error("{guest} ran out of memory (limit {limit_mb} MiB)")]
     OutOfMemory { guest: String, limit_mb: u64 },
+    /// The guest made the host hold more on its behalf (resource-table
+    /// entries, HTTP fields, permission asks...) than one call's budget.
+    #[error("{guest} went over its host resource budget: {message}")]
+    OverBudget { guest: String, message: String },
     /// The guest returned more than its output cap.
     #[error("{guest} returned {size} bytes, over its output cap of {limit} bytes")]
     OutputTooLarge {
@@ -155,6 +166,19 @@ pub trait CallObserver: Send + Sync {
         patterns: Vec<String>,
         metadata: Value,
     ) -> Result<(), String>;
+    /// The guest is about to send an HTTP request to `url` (canonical, see
+    /// [`url`]): the first URL of a call and every redirect it follows.
+    /// The rules of a tool whose pattern is a URL are checked on its host;
+    /// `Err` carries the refusal. The plugin's `hosts` grant is checked
+    /// separately, by the runtime.
+    async fn check_url(&self, url: &url::Canonical) -> Result<(), String> {
+        let _ = url;
+        Ok(())
+    }
+
+    /// What guest `plugin` printed on `stream` (`stdout` or `stderr`) during
+    /// the call, already capped; kept with the call for `warden trace`.
+    fn guest_output(&self, _plugin: &str, _stream: &str, _text: String) {}
 }
 
 /// Runs guests. Implemented by the plugin runtime.
@@ -255,8 +279,10 @@ pub fn pattern_of(source: &PatternSource, args: &Value, directory: &str) -> Stri
             Some(p) => relative_path(&p, directory),
             None => "*".into(),
         },
+        // The canonical host (see [`url`]); a URL that cannot be
+        // canonicalised keeps its text, and the HTTP gate refuses to send it.
         PatternSource::Url(name) => match arg(name) {
-            Some(u) => url_host(&u).unwrap_or(u),
+            Some(u) => url::canonical(&u).map_or(u, |c| c.host.to_string()),
             None => "*".into(),
         },
     }
@@ -315,18 +341,6 @@ fn relative_path(path: &str, directory: &str) -> String {
     }
 }
 
-fn url_host(url: &str) -> Option<String> {
-    let rest = url.split_once("://")?.1;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = if let Some(v6) = host_port.strip_prefix('[') {
-        v6.split(']').next()?
-    } else {
-        host_port.split(':').next()?
-    };
-    (!host.is_empty()).then(|| host.to_ascii_lowercase())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,10 +367,14 @@ mod tests {
         assert_eq!(
             pattern_of(
                 &url,
-                &json!({"url": "https://user@API.example.com:8443/x?y"}),
+                &json!({"url": "https://API.example.com:8443/x?y"}),
                 dir
             ),
             "api.example.com"
+        );
+        assert_eq!(
+            pattern_of(&url, &json!({"url": "http://2130706433/"}), dir),
+            "127.0.0.1"
         );
         assert_eq!(
             pattern_of(&url, &json!({"url": "http://[::1]:80/"}), dir),

@@ -1,0 +1,168 @@
+//! What a tool costs per guest language: the `warden plugin new` tool in
+//! Rust, Python and JavaScript, built with `warden plugin build`'s pinned
+//! toolchains, then measured the way the host runs it: component size,
+//! first compile, loading the compiled cache, and a call in a fresh
+//! instance (the same 1 KiB-file count in each language). The projects are
+//! made and built by the `warden` binary (`plugin new`, `plugin build`), as
+//! an author would, with the toolchains cached in the default data dir.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+use warden_core::config::Config;
+use warden_core::tool::{CallContext, CallObserver, ToolHost};
+use warden_protocol::{MessageId, SessionId};
+use warden_runtime::WasmHost;
+use warden_runtime::engine::{Sandbox, sha256_hex};
+
+use crate::common::timed;
+use crate::stats::summarize;
+use crate::table::Row;
+
+struct Quiet;
+
+#[async_trait::async_trait]
+impl CallObserver for Quiet {
+    fn progress(&self, _: Option<String>, _: Value) {}
+    async fn ask(&self, _: String, _: Vec<String>, _: Value) -> std::result::Result<(), String> {
+        Err("nobody".into())
+    }
+}
+
+fn row(measure: String, value: String, data: Value) -> Row {
+    Row {
+        group: "languages",
+        measure,
+        value,
+        against: String::new(),
+        ratio: None,
+        meets: None,
+        note: String::new(),
+        data,
+    }
+}
+
+/// `warden plugin new NAME --lang LANG --dir DIR`, then `warden plugin
+/// build DIR`; the component's path, as the build reports it.
+fn make_tool(warden: &Path, name: &str, lang: &str, dir: &Path) -> Result<PathBuf> {
+    let run = |args: &[&std::ffi::OsStr]| -> Result<String> {
+        let out = std::process::Command::new(warden)
+            .args(args)
+            .env_remove("WARDEN_CONFIG")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .with_context(|| format!("cannot run {}", warden.display()))?;
+        anyhow::ensure!(
+            out.status.success(),
+            "warden {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    run(&[
+        "plugin".as_ref(),
+        "new".as_ref(),
+        name.as_ref(),
+        "--lang".as_ref(),
+        lang.as_ref(),
+        "--dir".as_ref(),
+        dir.as_os_str(),
+    ])?;
+    let built = run(&["plugin".as_ref(), "build".as_ref(), dir.as_os_str()])?;
+    built
+        .lines()
+        .find_map(|l| l.strip_prefix("built "))
+        .map(PathBuf::from)
+        .with_context(|| format!("`warden plugin build` did not say what it built: {built}"))
+}
+
+/// Build the template tool in each language and measure it over `n` calls.
+pub async fn languages(work: &Path, warden: &Path, n: usize) -> Result<Vec<Row>> {
+    let project_dir = work.join("langs-project");
+    std::fs::create_dir_all(&project_dir)?;
+    std::fs::write(
+        project_dir.join("words.txt"),
+        "lorem ipsum dolor\n".repeat(56),
+    )?;
+    let mut rows = Vec::new();
+    let mut rust_median = None;
+    for (lang, label) in [("rust", "Rust"), ("python", "Python"), ("js", "JavaScript")] {
+        let name = format!("bench-{}", label.to_lowercase());
+        let dir = work.join(&name);
+        let wasm = make_tool(warden, &name, lang, &dir)?;
+        let bytes = std::fs::read(&wasm)?;
+
+        // First compile, as `plugin add` pays it once.
+        let sandbox = Sandbox::new(64, Some(work.join(format!("cache-{name}"))))?;
+        let t = Instant::now();
+        sandbox.component(&bytes, &sha256_hex(&bytes))?;
+        let compile = t.elapsed();
+        let t = Instant::now();
+        sandbox.component(&bytes, &sha256_hex(&bytes))?;
+        let cached = t.elapsed();
+
+        let config = Config::parse(
+            &json!({"builtins": false, "plugins": [{"name": name, "path": wasm,
+                "grants": {"dirs": [{"path": ".", "mode": "ro"}]}}]})
+            .to_string(),
+        )
+        .map_err(|e| anyhow::anyhow!(e))?;
+        let host = WasmHost::load(&config, Some(work.join(format!("cache-{name}"))), None).await?;
+        let tool = host
+            .tools()
+            .into_iter()
+            .next()
+            .context("the template's tool")?;
+        let ctx = CallContext {
+            session_id: SessionId("ses_bench".into()),
+            message_id: MessageId("msg_bench".into()),
+            call_id: "c".into(),
+            agent: "build".into(),
+            directory: std::fs::canonicalize(&project_dir)?.display().to_string(),
+        };
+        let observer: Arc<dyn CallObserver> = Arc::new(Quiet);
+        let args = json!({"path": "words.txt"}).to_string();
+        let mut samples = Vec::with_capacity(n);
+        for i in 0..n + n / 10 + 5 {
+            let (out, t) = timed(host.execute(&tool, &ctx, &args, observer.clone())).await;
+            out.map_err(|e| anyhow::anyhow!("{label} tool call failed: {e}"))?;
+            if i >= n / 10 + 5 {
+                samples.push(t);
+            }
+        }
+        let s = summarize(&samples);
+        let against = rust_median.map(|r: f64| s.median_us / r);
+        if lang == "rust" {
+            rust_median = Some(s.median_us);
+        }
+        let mut call = row(
+            format!("{label} tool call, fresh instance (1 KiB file)"),
+            format!(
+                "median {:.2} ms · p99 {:.2} ms",
+                s.median_us / 1000.0,
+                s.p99_us / 1000.0
+            ),
+            json!({"median_us": s.median_us, "p99_us": s.p99_us, "samples": s.samples}),
+        );
+        if let Some(ratio) = against {
+            call.against = "the Rust tool".into();
+            call.ratio = Some(ratio);
+        }
+        rows.push(row(
+            format!("{label} component: size · first compile · cached load"),
+            format!(
+                "{:.1} MB · {:.2} s · {:.1} ms",
+                bytes.len() as f64 / 1e6,
+                compile.as_secs_f64(),
+                cached.as_secs_f64() * 1000.0
+            ),
+            json!({"bytes": bytes.len(), "compile_ms": compile.as_millis() as u64,
+                   "cached_load_us": cached.as_micros() as u64}),
+        ));
+        rows.push(call);
+    }
+    Ok(rows)
+}

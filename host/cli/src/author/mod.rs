@@ -1,0 +1,323 @@
+//! Writing plugins: `warden plugin new` (a ready project per language and
+//! kind, from templates compiled into the binary) and `warden plugin build`
+//! (the project to a component, installing its pinned toolchain on first
+//! use). `warden plugin add DIR` builds through [`component_of`].
+//!
+//! A project is a folder with `warden-plugin.json` (`name`, `lang`, `kind`,
+//! and for a tool plugin how the permission rules see each tool); its
+//! component is `build/NAME.wasm`.
+
+mod builder;
+mod template;
+pub mod toolchain;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
+use warden_core::config::ToolSettings;
+
+/// The file that marks a folder as a warden plugin project.
+pub const MANIFEST: &str = "warden-plugin.json";
+
+/// A guest language.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Lang {
+    /// Rust with the warden-plugin-sdk crate (vendored into the project).
+    Rust,
+    /// Python, built with componentize-py.
+    Python,
+    /// JavaScript, built with componentize-js.
+    Js,
+}
+
+/// What a project exports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Tools the model calls (world `tool-plugin`).
+    Tool,
+    /// `tool.execute.before` / `after` hooks (world `hook-plugin`).
+    Hook,
+}
+
+/// `warden-plugin.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Project {
+    /// The plugin's name: the default name `plugin add` installs it under.
+    pub name: String,
+    pub lang: Lang,
+    pub kind: Kind,
+    /// How the rules see each tool (its permission and which argument is its
+    /// path or URL), installed with it by `plugin add DIR`; `--tool` flags
+    /// override an entry. A tool left out is asked about when its plugin can
+    /// reach files or hosts.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: BTreeMap<String, ToolSettings>,
+}
+
+impl Project {
+    /// Read `DIR/warden-plugin.json`.
+    pub fn load(dir: &Path) -> Result<Project> {
+        let path = dir.join(MANIFEST);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            anyhow::anyhow!(
+                "{} is not a warden plugin project: cannot read {}: {e}; create one with `warden plugin new NAME --lang rust|python|js`",
+                dir.display(),
+                path.display()
+            )
+        })?;
+        let project: Project = serde_json::from_str(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {e}; expected {{\"name\": \"…\", \"lang\": \"rust|python|js\", \"kind\": \"tool|hook\"}}",
+                path.display()
+            )
+        })?;
+        // The name becomes a file name (build/NAME.wasm) and a plugin name.
+        if let Some(why) = bad_name(&project.name) {
+            bail!("{}: {why}", path.display());
+        }
+        Ok(project)
+    }
+
+    /// Where `plugin build` writes the component.
+    pub fn component(&self, dir: &Path) -> PathBuf {
+        dir.join("build").join(format!("{}.wasm", self.name))
+    }
+}
+
+#[derive(clap::Args)]
+pub struct NewArgs {
+    /// The plugin's name (lowercase letters, digits, `-`, `_`); also its folder and its tool's id.
+    pub name: String,
+    /// The language of the project.
+    #[arg(long, value_enum)]
+    pub lang: Lang,
+    /// A hook plugin (tool.execute.before) instead of a tool plugin.
+    #[arg(long)]
+    pub hook: bool,
+    /// Where to create the project (default: ./NAME).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct BuildArgs {
+    /// The project folder (default: the current directory).
+    pub dir: Option<PathBuf>,
+}
+
+/// Why a name cannot be a plugin's, or `None` when it can.
+fn bad_name(name: &str) -> Option<String> {
+    let ok_first = name.chars().next().is_some_and(|c| c.is_ascii_lowercase());
+    let ok_rest = name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+    (!ok_first || !ok_rest || name.len() > 64).then(|| {
+        format!(
+            "{name:?} cannot be a plugin name: use 1 to 64 lowercase letters, digits, `-` and `_`, starting with a letter (e.g. wordcount)"
+        )
+    })
+}
+
+/// `warden plugin new`.
+pub fn new(args: NewArgs) -> Result<ExitCode> {
+    if let Some(why) = bad_name(&args.name) {
+        bail!("{why}");
+    }
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&args.name));
+    if dir.exists()
+        && std::fs::read_dir(&dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true)
+    {
+        bail!(
+            "{} already exists and is not empty; choose another name or --dir",
+            dir.display()
+        );
+    }
+    let kind = if args.hook { Kind::Hook } else { Kind::Tool };
+    create(&dir, &args.name, args.lang, kind)?;
+    let what = match kind {
+        Kind::Tool => format!("tool {}", args.name),
+        Kind::Hook => "before hook".to_string(),
+    };
+    let test = match args.lang {
+        Lang::Rust => "cargo test",
+        Lang::Python => "python3 -m unittest",
+        Lang::Js => "node --test",
+    };
+    let grants = match kind {
+        Kind::Tool => " --dir .:ro --env WARDEN_EXAMPLE_LABEL",
+        Kind::Hook => "",
+    };
+    say!(
+        "created {} ({:?} {what}) in {}",
+        args.name,
+        args.lang,
+        dir.display()
+    );
+    say!("next:");
+    say!("  cd {}", dir.display());
+    say!("  {test}                  # its own tests, natively");
+    say!(
+        "  warden plugin build          # → build/{}.wasm",
+        args.name
+    );
+    say!("  warden plugin add .{grants}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Write a new project of `lang` and `kind` named `name` into `dir`.
+pub fn create(dir: &Path, name: &str, lang: Lang, kind: Kind) -> Result<()> {
+    let sdk_features = match kind {
+        Kind::Tool => "",
+        Kind::Hook => ", default-features = false, features = [\"hook\"]",
+    };
+    // The example tool reads the file named by its `path` argument, so the
+    // rules see it as a `read` of that path (`read: {"*.env": "deny"}` holds).
+    let tools = match kind {
+        Kind::Tool => BTreeMap::from([(
+            name.to_string(),
+            ToolSettings {
+                permission: Some("read".into()),
+                path_arg: Some("path".into()),
+                url_arg: None,
+            },
+        )]),
+        Kind::Hook => BTreeMap::new(),
+    };
+    let project = Project {
+        name: name.to_string(),
+        lang,
+        kind,
+        tools,
+    };
+    for file in template::files(lang, kind) {
+        let path = dir.join(file.path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        let text = template::render(file.text, name, name, sdk_features);
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let manifest = dir.join(MANIFEST);
+    std::fs::write(&manifest, serde_json::to_string_pretty(&project)? + "\n")
+        .with_context(|| format!("cannot write {}", manifest.display()))?;
+    Ok(())
+}
+
+/// `warden plugin build`.
+pub fn build(args: BuildArgs, data_dir: &Path) -> Result<ExitCode> {
+    let dir = args.dir.unwrap_or_else(|| PathBuf::from("."));
+    let out = build_dir(&dir, data_dir)?;
+    say!("built {}", out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Build the project in `dir`; the component's path.
+pub fn build_dir(dir: &Path, data_dir: &Path) -> Result<PathBuf> {
+    let project = Project::load(dir)?;
+    let out = project.component(dir);
+    builder::build(&project, dir, &out, &toolchain::root(data_dir))?;
+    Ok(out)
+}
+
+/// For `plugin add`: the component of `path`, and the project it was built
+/// from (its name and tool mappings). A project folder is built first; a
+/// file is taken as it is.
+pub fn component_of(path: &Path, data_dir: &Path) -> Result<(PathBuf, Option<Project>)> {
+    if !path.is_dir() {
+        return Ok((path.to_path_buf(), None));
+    }
+    let project = Project::load(path)?;
+    let out = project.component(path);
+    if up_to_date(path, &out) {
+        eprintln!("warden: {} is up to date", out.display());
+        return Ok((out, Some(project)));
+    }
+    eprintln!("warden: building {} ({})", project.name, path.display());
+    let out = build_dir(path, data_dir)?;
+    Ok((out, Some(project)))
+}
+
+/// Whether `out` exists and is newer than every source file of the project.
+fn up_to_date(dir: &Path, out: &Path) -> bool {
+    let Ok(built) = std::fs::metadata(out).and_then(|m| m.modified()) else {
+        return false;
+    };
+    fn newer(dir: &Path, than: std::time::SystemTime) -> bool {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return true;
+        };
+        entries.flatten().any(|e| {
+            let name = e.file_name();
+            if matches!(
+                name.to_str(),
+                Some("build" | "target" | "node_modules" | "__pycache__" | ".git")
+            ) {
+                return false;
+            }
+            match e.metadata() {
+                Ok(m) if m.is_dir() => newer(&e.path(), than),
+                Ok(m) => m.modified().map_or(true, |t| t > than),
+                Err(_) => true,
+            }
+        })
+    }
+    !newer(dir, built)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert_eq!(bad_name("wordcount"), None);
+        assert_eq!(bad_name("word-count_2"), None);
+        assert!(bad_name("WordCount").is_some());
+        assert!(bad_name("2count").is_some());
+        assert!(bad_name("").is_some());
+        assert!(bad_name("a/b").is_some());
+    }
+
+    #[test]
+    fn a_manifest_name_cannot_leave_the_project() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(MANIFEST),
+            r#"{"name": "../../x", "lang": "python", "kind": "tool"}"#,
+        )
+        .unwrap();
+        let err = Project::load(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("cannot be a plugin name"), "{err}");
+    }
+
+    #[test]
+    fn every_template_has_its_placeholders_filled() {
+        for lang in [Lang::Rust, Lang::Python, Lang::Js] {
+            for kind in [Kind::Tool, Kind::Hook] {
+                for file in template::files(lang, kind) {
+                    let text = template::render(file.text, "demo", "demo", "");
+                    for p in ["{{name}}", "{{tool_id}}", "{{sdk_features}}"] {
+                        assert!(
+                            !text.contains(p),
+                            "{lang:?} {kind:?} {} keeps {p}",
+                            file.path
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

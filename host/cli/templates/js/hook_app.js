@@ -1,0 +1,16 @@
+// {{name}}: a warden before hook in JavaScript. Build with `warden plugin build`,
+// install with `warden plugin add .`.
+import { hooks as defineHooks, allow, block, rewrite } from './warden.js';
+import { decide } from './logic.js';
+
+export const hooks = defineHooks({
+  before: {
+    patterns: ['*'],
+    run(ctx, tool, args) {
+      const d = decide(args);
+      if (d.block) return block(d.block);
+      if (d.rewrite) return rewrite(d.rewrite);
+      return allow();
+    },
+  },
+});

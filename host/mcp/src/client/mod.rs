@@ -1,0 +1,291 @@
+//! MCP servers as tools in warden sessions.
+//!
+//! [`McpTools`] wraps the plugin runtime's [`ToolHost`] and adds each
+//! configured server's tools under `SERVER_TOOL`, so a call to one goes
+//! through the same boundary as any other tool: the permission check
+//! (`SERVER_*` defaults to `ask`, see `warden_core::agent`), before and
+//! after hooks, and the audit trail. Only the call itself differs: it is
+//! sent to the server instead of a WebAssembly guest. The servers are not
+//! sandboxed by warden; a local one's environment is only what the config
+//! names.
+
+mod connect;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, ContentBlock};
+use serde_json::{Value, json};
+use warden_core::config::{Config, McpServerConfig, ToolSettings};
+use warden_core::tool::{
+    AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, GuestRef, HookDef,
+    PatternSource, ToolDef, ToolHost, ToolOutput,
+};
+
+use crate::McpError;
+
+/// The plugin name of an MCP server's tools, in audit rows and errors.
+pub fn guest_name(server: &str) -> String {
+    format!("mcp:{server}")
+}
+
+struct Server {
+    name: String,
+    connection: connect::Connection,
+    timeout: Duration,
+    /// The server's tools as warden offers them, with the server's own names.
+    tools: Vec<(ToolDef, String)>,
+}
+
+/// The plugin runtime's tools plus every configured MCP server's.
+pub struct McpTools {
+    inner: Arc<dyn ToolHost>,
+    servers: Vec<Server>,
+}
+
+impl McpTools {
+    /// Connect to every enabled server in the config and list its tools.
+    /// A server that cannot be reached is an error naming it: a session
+    /// must not quietly run without tools its operator configured.
+    pub async fn connect(inner: Arc<dyn ToolHost>, config: &Config) -> Result<McpTools, McpError> {
+        let mut servers = Vec::new();
+        for (name, server) in config.mcp.iter().filter(|(_, s)| s.enabled()) {
+            let connection = connect::connect(name, server).await?;
+            let listed = connection
+                .list_all_tools()
+                .await
+                .map_err(|e| McpError::Connect {
+                    server: name.clone(),
+                    message: format!("cannot list its tools: {e}"),
+                })?;
+            let hash = server_identity(&connection);
+            let tools = listed
+                .into_iter()
+                .map(|t| {
+                    let remote = t.name.to_string();
+                    let def = tool_def(name, server, &hash, &t);
+                    (def, remote)
+                })
+                .collect();
+            servers.push(Server {
+                name: name.clone(),
+                connection,
+                timeout: Duration::from_millis(server.timeout_ms()),
+                tools,
+            });
+        }
+        Ok(McpTools { inner, servers })
+    }
+
+    fn find(&self, tool: &ToolDef) -> Option<(&Server, &str)> {
+        self.servers.iter().find_map(|s| {
+            s.tools
+                .iter()
+                .find(|(d, _)| d.id == tool.id && d.guest == tool.guest)
+                .map(|(_, remote)| (s, remote.as_str()))
+        })
+    }
+}
+
+/// What the server says it is, standing where a plugin's hash stands.
+fn server_identity(connection: &connect::Connection) -> String {
+    match connection.peer_info().and_then(|i| i.server_info.clone()) {
+        Some(i) => format!("mcp-server:{}@{}", i.name, i.version),
+        None => "mcp-server:unnamed".into(),
+    }
+}
+
+/// A model-safe tool id: the server's name, `_`, the tool's name with
+/// anything but letters, digits, `_` and `-` turned into `_`.
+fn tool_id(server: &str, tool: &str) -> String {
+    let tool: String = tool
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{server}_{tool}")
+}
+
+fn tool_def(
+    server: &str,
+    config: &McpServerConfig,
+    hash: &str,
+    tool: &rmcp::model::Tool,
+) -> ToolDef {
+    let id = tool_id(server, &tool.name);
+    let settings: ToolSettings = config
+        .tools()
+        .get(tool.name.as_ref())
+        .cloned()
+        .unwrap_or_default();
+    let pattern = if let Some(arg) = settings.path_arg {
+        PatternSource::Path(arg)
+    } else if let Some(arg) = settings.url_arg {
+        PatternSource::Url(arg)
+    } else {
+        PatternSource::None
+    };
+    ToolDef {
+        permission: settings.permission.unwrap_or_else(|| id.clone()),
+        id,
+        description: tool
+            .description
+            .as_deref()
+            .map(str::to_string)
+            .or_else(|| tool.title.clone())
+            .unwrap_or_default(),
+        parameters: Value::Object((*tool.input_schema).clone()),
+        pattern,
+        guest: GuestRef {
+            plugin: guest_name(server),
+            hash: hash.to_string(),
+        },
+        // Its permission is its own id; the `SERVER_*: ask` rule placed after
+        // the defaults is what keeps a `*` allow from letting it through.
+        mapped: true,
+    }
+}
+
+/// An MCP result as a warden tool output: text blocks joined, other blocks
+/// described, structured content kept in the metadata.
+fn to_output(id: &str, result: rmcp::model::CallToolResult) -> Result<ToolOutput, GuestError> {
+    let text: Vec<String> = result
+        .content
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Text(t) => t.text.clone(),
+            other => serde_json::to_value(other)
+                .ok()
+                .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_string))
+                .map(|kind| format!("[{kind} content]"))
+                .unwrap_or_else(|| "[content]".into()),
+        })
+        .collect();
+    let output = text.join("\n");
+    if result.is_error == Some(true) {
+        return Err(GuestError::Failed(output));
+    }
+    let mut metadata = BTreeMap::new();
+    if let Some(s) = result.structured_content {
+        metadata.insert("structured".to_string(), s);
+    }
+    Ok(ToolOutput {
+        output,
+        title: id.to_string(),
+        metadata: json!(metadata),
+    })
+}
+
+#[async_trait::async_trait]
+impl ToolHost for McpTools {
+    fn tools(&self) -> Vec<ToolDef> {
+        let mut tools = self.inner.tools();
+        for server in &self.servers {
+            tools.extend(server.tools.iter().map(|(d, _)| d.clone()));
+        }
+        tools
+    }
+
+    fn hooks(&self) -> Vec<HookDef> {
+        self.inner.hooks()
+    }
+
+    async fn execute(
+        &self,
+        tool: &ToolDef,
+        ctx: &CallContext,
+        arguments: &str,
+        observer: Arc<dyn CallObserver>,
+    ) -> Result<ToolOutput, GuestError> {
+        let Some((server, remote)) = self.find(tool) else {
+            return self.inner.execute(tool, ctx, arguments, observer).await;
+        };
+        let guest = guest_name(&server.name);
+        let args = match serde_json::from_str::<Value>(arguments) {
+            Ok(Value::Object(map)) => map,
+            _ => {
+                return Err(GuestError::InvalidArguments(
+                    "the arguments must be a JSON object".into(),
+                ));
+            }
+        };
+        let request = CallToolRequestParams::new(remote.to_string()).with_arguments(args);
+        match tokio::time::timeout(server.timeout, server.connection.call_tool(request)).await {
+            Err(_) => Err(GuestError::Timeout {
+                guest,
+                limit_ms: server.timeout.as_millis() as u64,
+            }),
+            Ok(Err(e)) => Err(GuestError::Unavailable {
+                guest,
+                message: e.to_string(),
+            }),
+            Ok(Ok(result)) => to_output(&tool.id, result),
+        }
+    }
+
+    async fn before(
+        &self,
+        hook: &HookDef,
+        ctx: &CallContext,
+        tool: &str,
+        arguments: &str,
+        observer: Arc<dyn CallObserver>,
+    ) -> Result<BeforeDecision, GuestError> {
+        self.inner
+            .before(hook, ctx, tool, arguments, observer)
+            .await
+    }
+
+    async fn after(
+        &self,
+        hook: &HookDef,
+        ctx: &CallContext,
+        tool: &str,
+        arguments: &str,
+        output: &ToolOutput,
+        observer: Arc<dyn CallObserver>,
+    ) -> Result<AfterDecision, GuestError> {
+        self.inner
+            .after(hook, ctx, tool, arguments, output, observer)
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_ids_are_prefixed_and_model_safe() {
+        assert_eq!(tool_id("everything", "echo"), "everything_echo");
+        assert_eq!(tool_id("fs", "read.file/v2"), "fs_read_file_v2");
+    }
+
+    #[test]
+    fn results_become_outputs() {
+        let mut ok = rmcp::model::CallToolResult::success(vec![
+            ContentBlock::text("a"),
+            ContentBlock::text("b"),
+        ]);
+        ok.structured_content = Some(json!({"n": 1}));
+        assert_eq!(
+            to_output("s_t", ok).unwrap(),
+            ToolOutput {
+                output: "a\nb".into(),
+                title: "s_t".into(),
+                metadata: json!({"structured": {"n": 1}}),
+            }
+        );
+        let failed = rmcp::model::CallToolResult::error(vec![ContentBlock::text("no such file")]);
+        assert_eq!(
+            to_output("s_t", failed).unwrap_err(),
+            GuestError::Failed("no such file".into())
+        );
+    }
+}

@@ -1,0 +1,40 @@
+"""Drive warden's MCP endpoint with the reference Python SDK.
+
+Usage: python python_client.py URL
+Prints one JSON line: the tools listed and the results of two calls.
+"""
+
+import asyncio
+import json
+import sys
+
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
+
+
+async def main(url: str) -> None:
+    async with streamable_http_client(url) as streams:
+        read, write = streams[0], streams[1]
+        async with ClientSession(
+            read,
+            write,
+            client_info=types.Implementation(name="python-sdk-client", version="0.3.0"),
+        ) as session:
+            await session.initialize()
+            tools = await session.list_tools()
+            allowed = await session.call_tool("read", {"filePath": "notes.txt"})
+            denied = await session.call_tool("read", {"filePath": "secret.env"})
+            dump = lambda r: r.model_dump(mode="json", by_alias=True, exclude_none=True)
+            print(
+                json.dumps(
+                    {
+                        "tools": [t.name for t in tools.tools],
+                        "allowed": dump(allowed),
+                        "denied": dump(denied),
+                    }
+                ),
+                flush=True,
+            )
+
+
+asyncio.run(main(sys.argv[1]))
