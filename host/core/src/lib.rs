@@ -24,5 +24,5 @@ pub mod tool;
 pub use bus::Bus;
 pub use config::Config;
 pub use error::{CoreError, Result};
-pub use ledger::Ledger;
+pub use ledger::{Ledger, LedgerError};
 pub use session::{Core, CoreOptions, PromptInput};

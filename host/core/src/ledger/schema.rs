@@ -119,4 +119,10 @@ pub const MIGRATIONS: &[&str] = &[
             'completed', json_extract(info, '$.completed')))
     WHERE role = 'assistant' AND json_extract(info, '$.session_id') IS NOT NULL;
     "#,
+    // 3: a lease's epoch, new each time the lease changes hands. A runner's
+    // writes check it in their own transaction, so a runner whose lease was
+    // taken over (paused past its expiry, say) writes nothing more.
+    r#"
+    ALTER TABLE runner_lease ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
