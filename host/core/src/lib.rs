@@ -3,8 +3,9 @@
 //! nothing of wasmtime: guests run behind the [`tool::ToolHost`] trait, and
 //! front ends only consume [`bus`] events.
 //!
-//! Where to start reading: [`session`] (`Core::prompt` → `Core::run` →
-//! [`session::run_loop`] → [`session::processor`]), then [`ledger`] and
+//! Where to start reading: [`session`] (`Core::prompt` → the session's actor,
+//! which holds its lease → [`session::run_loop`] → [`session::processor`]),
+//! then [`ledger`] (its one fenced write path, `Ledger::write`) and
 //! [`tool::call`] (the host boundary: permission, hooks, guest, audit). The
 //! tool state machine itself is `warden_protocol::tool_state`.
 

@@ -1,4 +1,5 @@
-//! Sessions: `prompt` → `run` (one runner per session) → [`run_loop`] →
+//! Sessions: `prompt` / `run` → the session's actor (`actor.rs`: one per
+//! session, holding its lease) → [`run_loop`] →
 //! [`processor`]. The loop re-reads the ledger every round; the processor
 //! turns one model stream into parts.
 
