@@ -12,7 +12,6 @@ macro_rules! say {
 
 mod app;
 mod author;
-mod bench;
 mod demo;
 mod ledger_cmd;
 mod mcp_cmd;
@@ -81,8 +80,6 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// Measure warden against the physical floor; prints a table, writes JSON.
-    Bench(bench::BenchArgs),
     /// Serve the HTTP API and the live event stream.
     Serve(serve::ServeArgs),
     /// Serve every loaded tool to MCP clients over stdio (each call checked like a session's).
@@ -132,7 +129,6 @@ fn main() -> ExitCode {
             Command::Plugin { command, common } => plugin_cmd::plugin(command, common).await,
             Command::Serve(args) => serve::serve(args).await,
             Command::Mcp(args) => mcp_cmd::mcp(args).await,
-            Command::Bench(args) => bench::bench(args).await,
         }
     });
     match result {

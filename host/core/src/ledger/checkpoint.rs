@@ -1,4 +1,4 @@
-//! The checkpoint thread of a ledger file.
+//! Moving the write-ahead log into the database file, off the writers' path.
 
 use std::path::Path;
 
