@@ -267,8 +267,10 @@ fn a_swapped_cache_entry_is_refused_and_recompiled() {
     std::fs::remove_dir(env.data()).unwrap();
     // Two plugins from files, so the cache holds two entries (the built-ins
     // come compiled in the binary and are checked there, not cached).
-    env.config(json!({"plugins": [Env::fixtures_plugin(json!({})), adversary(json!({}))],
-        "permission": {"echo": "allow"}}));
+    env.config(
+        json!({"plugins": [Env::fixtures_plugin(json!({})), adversary(json!({}))],
+        "permission": {"echo": "allow"}}),
+    );
     let verify = env.warden(&["plugin", "verify"]).output().unwrap();
     assert!(
         verify.status.success(),
@@ -324,7 +326,11 @@ fn a_swapped_cache_entry_is_refused_and_recompiled() {
     let results = tool_results(&env.requests()[1]);
     assert_eq!(
         results,
-        vec![("e".to_string(), false, r#"{"said":"the real echo"}"#.to_string())]
+        vec![(
+            "e".to_string(),
+            false,
+            r#"{"said":"the real echo"}"#.to_string()
+        )]
     );
     // The entry was rewritten: the next run loads it without a warning.
     let again = env.run_json("echo");

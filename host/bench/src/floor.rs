@@ -15,7 +15,9 @@ use serde_json::json;
 use warden_core::Bus;
 use warden_core::ledger::{Ledger, PartWrite, id};
 use warden_core::tool::{CallContext, CallObserver, ToolHost, ToolOutput};
-use warden_protocol::{MessageId, MessageInfo, MessageTime, ModelRef, Part, PartBody, SessionId, UserInfo};
+use warden_protocol::{
+    MessageId, MessageInfo, MessageTime, ModelRef, Part, PartBody, SessionId, UserInfo,
+};
 use warden_runtime::engine::Sandbox;
 use wasmtime::Store;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};

@@ -13,6 +13,7 @@ macro_rules! say {
 mod app;
 mod author;
 mod demo;
+mod ledger_cmd;
 mod mcp_cmd;
 mod plugin_cmd;
 mod render;
@@ -83,6 +84,13 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Serve every loaded tool to MCP clients over stdio (each call checked like a session's).
     Mcp(mcp_cmd::McpArgs),
+    /// Check the ledger file for damage.
+    Ledger {
+        #[command(subcommand)]
+        command: ledger_cmd::LedgerCommand,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Inspect the plugins the config loads.
     Plugin {
         #[command(subcommand)]
@@ -117,6 +125,7 @@ fn main() -> ExitCode {
             Command::Demo { common } => demo::demo(common).await,
             Command::Session { command, common } => session_cmd::session(command, common).await,
             Command::Trace { id, format, common } => trace::trace(&id, format, common),
+            Command::Ledger { command, common } => ledger_cmd::ledger(command, common),
             Command::Plugin { command, common } => plugin_cmd::plugin(command, common).await,
             Command::Serve(args) => serve::serve(args).await,
             Command::Mcp(args) => mcp_cmd::mcp(args).await,

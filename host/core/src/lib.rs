@@ -3,8 +3,9 @@
 //! nothing of wasmtime: guests run behind the [`tool::ToolHost`] trait, and
 //! front ends only consume [`bus`] events.
 //!
-//! Where to start reading: [`session`] (`Core::prompt` → `Core::run` →
-//! [`session::run_loop`] → [`session::processor`]), then [`ledger`] and
+//! Where to start reading: [`session`] (`Core::prompt` → the session's actor,
+//! which holds its lease → [`session::run_loop`] → [`session::processor`]),
+//! then [`ledger`] (its one fenced write path, `Ledger::write`) and
 //! [`tool::call`] (the host boundary: permission, hooks, guest, audit). The
 //! tool state machine itself is `warden_protocol::tool_state`.
 
@@ -24,5 +25,5 @@ pub mod tool;
 pub use bus::Bus;
 pub use config::Config;
 pub use error::{CoreError, Result};
-pub use ledger::Ledger;
+pub use ledger::{Ledger, LedgerError};
 pub use session::{Core, CoreOptions, PromptInput};

@@ -67,6 +67,9 @@ impl From<CoreError> for ApiError {
         match e {
             CoreError::SessionNotFound(_) => Self::not_found(message),
             CoreError::SessionBusy { .. } => Self::new(StatusCode::CONFLICT, "busy", message),
+            CoreError::Ledger(warden_core::LedgerError::Fenced { .. }) => {
+                Self::new(StatusCode::CONFLICT, "busy", message)
+            }
             CoreError::Model { .. }
             | CoreError::Config(_)
             | CoreError::UnknownAgent { .. }

@@ -235,6 +235,12 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE part_event_v2 RENAME TO part_event;
     ALTER TABLE audit_v2 RENAME TO audit;
     "#,
+    // 4: a lease's epoch, new each time the lease changes hands. A runner's
+    // writes check it in their own transaction, so a runner whose lease was
+    // taken over (paused past its expiry, say) writes nothing more.
+    r#"
+    ALTER TABLE runner_lease ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// Bring the schema up to date (refusing a ledger it cannot write).

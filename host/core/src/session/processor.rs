@@ -156,6 +156,10 @@ impl<'a> Processor<'a> {
         let result = loop {
             attempt += 1;
             self.saw_finish = false;
+            // A runner that lost its lease sends no model request.
+            if let Err(e) = self.core.ledger.check_fence(&session_id) {
+                break Err(Halt::Core(e));
+            }
             let started = tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => Err(Halt::Cancelled),

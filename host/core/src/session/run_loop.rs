@@ -44,6 +44,8 @@ pub(crate) async fn run(
         if cancel.is_cancelled() {
             break;
         }
+        // A runner that lost its lease starts no new step.
+        core.ledger.check_fence(session_id)?;
         core.status.set(session_id, SessionStatus::Busy);
         let session = core.ledger.session(session_id)?;
         let all = core.ledger.history(session_id)?;
