@@ -61,7 +61,7 @@ pub struct PermissionTool {
     #[serde(rename = "messageID")]
     pub message_id: MessageId,
     #[serde(rename = "callID")]
-    pub call_id: String,
+    pub call_id: CallId,
 }
 
 impl PermissionRequest {

@@ -282,7 +282,7 @@ fn wit_ctx(ctx: &CallContext) -> wit::CallContext {
     wit::CallContext {
         session_id: ctx.session_id.to_string(),
         message_id: ctx.message_id.to_string(),
-        call_id: ctx.call_id.clone(),
+        call_id: ctx.call_id.to_string(),
         agent: ctx.agent.clone(),
         directory: ctx.directory.clone(),
     }

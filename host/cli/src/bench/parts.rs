@@ -13,7 +13,7 @@ use warden_core::config::Config;
 use warden_core::ledger::{Ledger, PartWrite, id};
 use warden_core::llm::scripted::ScriptedProvider;
 use warden_core::llm::{Models, Provider};
-use warden_core::tool::call::{self, CallEnv, CallOutcome, CallRequest};
+use warden_core::boundary::{self, CallEnv, CallOutcome, CallRequest};
 use warden_core::tool::{
     AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookDef, ToolDef,
     ToolHost, ToolOutput,
@@ -153,7 +153,7 @@ fn ctx(session: &SessionId, message: &MessageId, call: &str, dir: &Path) -> Call
     CallContext {
         session_id: session.clone(),
         message_id: message.clone(),
-        call_id: call.to_string(),
+        call_id: call.into(),
         agent: "build".into(),
         directory: dir.display().to_string(),
     }
@@ -260,6 +260,7 @@ pub async fn floor_and_p1(work: &Path, n: usize) -> Result<Vec<Row>> {
                 tool: "echo".into(),
                 state: ToolState::pending(),
                 provider_executed: false,
+                ignored: false,
             },
         };
         ledger.put_part(&tool_part, PartWrite::Changed)?;
@@ -267,13 +268,13 @@ pub async fn floor_and_p1(work: &Path, n: usize) -> Result<Vec<Row>> {
         ledger.put_part(&tool_part, PartWrite::Changed)?;
         let w1 = started.elapsed();
         let b0 = Instant::now();
-        let outcome = call::run(
+        let outcome = boundary::run(
             &env,
             CallRequest {
                 ctx: ctx(&session.id, &message, &call_id, &project),
                 tool: echo.clone(),
                 input: input.clone(),
-                rules: rules.clone(),
+                rules: boundary::Rules::new(rules.clone(), session.id.clone()),
                 cancel: tokio_util::sync::CancellationToken::new(),
                 progress: Arc::new(|_, _| {}),
             },
@@ -291,7 +292,7 @@ pub async fn floor_and_p1(work: &Path, n: usize) -> Result<Vec<Row>> {
                     2,
                 )
             })?,
-            CallOutcome::Failed { error, .. } => anyhow::bail!("the bench call failed: {error}"),
+            CallOutcome::Failed { failure, .. } => anyhow::bail!("the bench call failed: {failure}"),
         }
         ledger.put_part(&tool_part, PartWrite::Changed)?;
         let w = w1 + w2.elapsed();

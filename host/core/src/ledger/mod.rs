@@ -9,6 +9,7 @@
 
 pub mod id;
 mod schema;
+mod transition;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -910,6 +911,7 @@ mod tests {
                 tool: "read".into(),
                 state: ToolState::pending(),
                 provider_executed: false,
+                ignored: false,
             },
         };
         l.put_part(&part, PartWrite::Changed).unwrap();
@@ -989,6 +991,7 @@ mod tests {
                 tool: "read".into(),
                 state: ToolState::pending(),
                 provider_executed: false,
+                ignored: false,
             },
         };
         l.put_part(&tool, PartWrite::Changed).unwrap();

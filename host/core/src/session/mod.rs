@@ -1,11 +1,11 @@
 //! Sessions: `prompt` → `run` (one runner per session) → [`run_loop`] →
-//! [`processor`]. The loop re-reads the ledger every round; the processor
-//! turns one model stream into parts.
+//! [`turn`]. The loop re-reads the ledger every round; a turn is one model
+//! step: its stream becomes parts, its tool calls go through the boundary.
 
 pub mod compaction;
 pub mod history;
 pub mod lease;
-pub mod processor;
+pub mod turn;
 pub mod run_loop;
 pub mod runner;
 pub mod status;
@@ -74,7 +74,7 @@ pub struct CoreOptions {
     /// How long a runner lease lasts without renewal.
     pub lease_ttl: Duration,
     /// warden's own files (config, data dir), off limits to tools.
-    pub protected: Vec<crate::tool::call::Protected>,
+    pub protected: Vec<crate::boundary::Protected>,
 }
 
 impl Default for CoreOptions {
@@ -100,7 +100,7 @@ pub(crate) struct CoreInner {
     pub status: StatusBoard,
     pub holder: String,
     pub options: CoreOptions,
-    pub protected: Arc<[crate::tool::call::Protected]>,
+    pub protected: Arc<[crate::boundary::Protected]>,
 }
 
 /// The agent core. Cheap to clone.
@@ -167,8 +167,8 @@ impl Core {
     /// The host boundary as a session's calls see it (ledger, questions, tool
     /// host, warden's own files), for front ends that run calls themselves,
     /// such as the MCP server.
-    pub fn call_env(&self) -> crate::tool::call::CallEnv {
-        crate::tool::call::CallEnv::new(
+    pub fn call_env(&self) -> crate::boundary::CallEnv {
+        crate::boundary::CallEnv::new(
             self.inner.ledger.clone(),
             self.inner.permissions.clone(),
             self.inner.tools.clone(),
