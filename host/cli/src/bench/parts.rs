@@ -236,7 +236,7 @@ pub async fn floor_and_p1(work: &Path, n: usize) -> Result<Vec<Row>> {
     }
 
     // P1: pending, running, the boundary (permission, before hook, tool,
-    // after hook, audit), completed — exactly what the processor does.
+    // after hook, audit), completed — what a turn's call table does.
     let env = CallEnv::new(
         ledger.clone(),
         warden_core::permission::Permissions::new(ledger.clone()),
@@ -268,7 +268,7 @@ pub async fn floor_and_p1(work: &Path, n: usize) -> Result<Vec<Row>> {
         ledger.put_part(&tool_part, PartWrite::Changed)?;
         let w1 = started.elapsed();
         let b0 = Instant::now();
-        let outcome = boundary::run(
+        let (outcome, audit) = boundary::run_audited(
             &env,
             CallRequest {
                 ctx: ctx(&session.id, &message, &call_id, &project),
@@ -294,7 +294,8 @@ pub async fn floor_and_p1(work: &Path, n: usize) -> Result<Vec<Row>> {
             })?,
             CallOutcome::Failed { failure, .. } => anyhow::bail!("the bench call failed: {failure}"),
         }
-        ledger.put_part(&tool_part, PartWrite::Changed)?;
+        // The terminal state and the call's audit rows, in one transaction.
+        ledger.transition(&tool_part, &audit)?;
         let w = w1 + w2.elapsed();
         if i >= warm {
             total.push(started.elapsed());

@@ -25,8 +25,7 @@ pub enum CallFailure {
     UnknownTool { name: String, offered: Vec<String> },
     /// A second call with an id already used in this step.
     DuplicateId { call_id: CallId, name: String },
-    /// The same call, [`times`](Self::DoomLoop::times) in a row, and
-    /// `doom_loop` was not granted.
+    /// The same call `times` in a row, and `doom_loop` was not granted.
     DoomLoop { tool: String, times: usize },
     /// The path argument is warden's own file or folder.
     Protected { path: PathBuf, writes_only: bool },

@@ -142,7 +142,7 @@ fn setup_with(
         ledger,
         tools.clone(),
         Arc::new(OneModel(
-            model.unwrap_or_else(|| provider.clone()),
+            model.unwrap_or_else(|| provider.clone() as Arc<dyn crate::llm::Provider>),
             cassette["context_limit"].as_u64(),
         )),
         Config::parse(config).unwrap(),
@@ -646,13 +646,14 @@ async fn a_call_that_fails_after_a_hook_rewrote_it_records_the_rewritten_input()
         .filter(|a| a.call_id.as_deref() == Some("c1"))
         .map(|a| (a.stage, a.subject, a.outcome.unwrap_or_default()))
         .collect();
+    let row = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
     assert_eq!(
         c1,
         [
-            ("permission".into(), "fail".into(), "ok".into()),
-            ("before".into(), "hook:rewriter".into(), "rewrite".into()),
-            ("permission".into(), "fail".into(), "ok".into()),
-            ("tool".into(), "fail".into(), "it failed".into()),
+            row("permission", "fail", "ok"),
+            row("before", "hook:rewriter", "rewrite"),
+            row("permission", "fail", "ok"),
+            row("tool", "fail", "it failed"),
         ]
     );
 }
@@ -738,7 +739,7 @@ async fn an_always_answer_applies_at_once_to_a_later_call_of_the_same_step() {
         json!({"turns": []}),
         r#"{"permission": {"echo": "ask"}}"#,
         RustTools::default(),
-        Some(remote),
+        Some(remote as Arc<dyn crate::llm::Provider>),
     );
     let _attached = s.core.permissions().attach();
     let mut events = s.core.bus().subscribe();
@@ -804,7 +805,7 @@ async fn an_always_answer_applies_at_once_to_a_later_call_of_the_same_step() {
         *s.tools.ran.lock().unwrap(),
         [r#"echo {"path":"a"}"#, r#"echo {"path":"a"}"#]
     );
-    let trail: Vec<(String, String, String, String, Option<String>)> = s
+    let trail: Vec<[String; 5]> = s
         .core
         .ledger()
         .audit_trail(&s.session.id)
@@ -812,32 +813,23 @@ async fn an_always_answer_applies_at_once_to_a_later_call_of_the_same_step() {
         .into_iter()
         .filter(|a| a.stage != "tool")
         .map(|a| {
-            (
+            [
                 a.call_id.unwrap_or_default(),
                 a.stage,
                 a.subject,
                 a.decision,
-                a.rule,
-            )
+                a.rule.unwrap_or_default(),
+            ]
         })
         .collect();
+    let row = |a: &str, b: &str, c: &str, d: &str, e: &str| {
+        [a, b, c, d, e].map(str::to_string)
+    };
     assert_eq!(
         trail,
         [
-            (
-                "c1".into(),
-                "ask".into(),
-                "echo".into(),
-                "asked:always".into(),
-                Some("a".into())
-            ),
-            (
-                "c2".into(),
-                "permission".into(),
-                "echo".into(),
-                "allowed".into(),
-                Some("echo a allow".into())
-            ),
+            row("c1", "ask", "echo", "asked:always", "a"),
+            row("c2", "permission", "echo", "allowed", "echo a allow"),
         ]
     );
 }
