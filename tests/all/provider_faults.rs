@@ -578,7 +578,10 @@ fn a_step_whose_call_never_started_is_retried_and_the_cut_call_is_never_shown() 
             .starts_with("openai: the connection broke before the model finished"),
         "{r:?}"
     );
-    assert_eq!(r[1], (2, "openai: upstream unavailable (HTTP 503)".to_string()));
+    assert_eq!(
+        r[1],
+        (2, "openai: upstream unavailable (HTTP 503)".to_string())
+    );
     assert!(
         !run.events.iter().any(|e| e["type"] == "session.warning"),
         "no step ended early: {:?}",
@@ -586,7 +589,10 @@ fn a_step_whose_call_never_started_is_retried_and_the_cut_call_is_never_shown() 
     );
     let reqs = server.received();
     assert_eq!(reqs.len(), 4);
-    assert_eq!(reqs[0].body, reqs[1].body, "the retry resends the same history");
+    assert_eq!(
+        reqs[0].body, reqs[1].body,
+        "the retry resends the same history"
+    );
     assert_eq!(reqs[1].body, reqs[2].body);
     assert!(reqs[3].body.to_string().contains("call_1"));
     assert!(

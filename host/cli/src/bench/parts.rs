@@ -9,11 +9,11 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_util_like::drain_bus;
+use warden_core::boundary::{self, CallEnv, CallOutcome, CallRequest};
 use warden_core::config::Config;
 use warden_core::ledger::{Ledger, PartWrite, id};
 use warden_core::llm::scripted::ScriptedProvider;
 use warden_core::llm::{Models, Provider};
-use warden_core::boundary::{self, CallEnv, CallOutcome, CallRequest};
 use warden_core::tool::{
     AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookDef, ToolDef,
     ToolHost, ToolOutput,
@@ -292,7 +292,9 @@ pub async fn floor_and_p1(work: &Path, n: usize) -> Result<Vec<Row>> {
                     2,
                 )
             })?,
-            CallOutcome::Failed { failure, .. } => anyhow::bail!("the bench call failed: {failure}"),
+            CallOutcome::Failed { failure, .. } => {
+                anyhow::bail!("the bench call failed: {failure}")
+            }
         }
         // The terminal state and the call's audit rows, in one transaction.
         ledger.transition(&tool_part, &audit)?;

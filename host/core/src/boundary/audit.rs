@@ -159,7 +159,12 @@ pub struct Row {
 }
 
 impl Row {
-    pub fn new(stage: Stage, subject: impl Into<String>, decision: Decision, outcome: Outcome) -> Row {
+    pub fn new(
+        stage: Stage,
+        subject: impl Into<String>,
+        decision: Decision,
+        outcome: Outcome,
+    ) -> Row {
         Row {
             stage,
             subject: subject.into(),

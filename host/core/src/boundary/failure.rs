@@ -106,7 +106,11 @@ impl fmt::Display for CallFailure {
                 f,
                 "permission denied: {} is warden's own {} and no tool may {} it",
                 path.display(),
-                if *writes_only { "configuration" } else { "data" },
+                if *writes_only {
+                    "configuration"
+                } else {
+                    "data"
+                },
                 if *writes_only { "change" } else { "use" }
             ),
             CallFailure::Denied {

@@ -5,7 +5,9 @@
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use warden_protocol::{Action, PermissionReply, PermissionRequest, PermissionTool, Rule, SessionId};
+use warden_protocol::{
+    Action, PermissionReply, PermissionRequest, PermissionTool, Rule, SessionId,
+};
 
 use super::audit::{Decision, Outcome, Row, Stage, Trail};
 use crate::ledger::Ledger;
@@ -94,14 +96,16 @@ pub async fn decide(gate: &Gate<'_>, question: Question, eval: Evaluation) -> Ve
     match eval.action {
         Action::Allow => {
             if !question.quiet {
-                gate.trail.push(settled(&question, Decision::Allowed, Outcome::Ok, &rule));
+                gate.trail
+                    .push(settled(&question, Decision::Allowed, Outcome::Ok, &rule));
             }
             Verdict::Allowed
         }
         Action::Deny => {
             if !question.quiet {
                 let outcome = question.on_deny.clone();
-                gate.trail.push(settled(&question, Decision::Denied, outcome, &rule));
+                gate.trail
+                    .push(settled(&question, Decision::Denied, outcome, &rule));
             }
             Verdict::Denied { rule }
         }
@@ -126,7 +130,11 @@ pub async fn decide(gate: &Gate<'_>, question: Question, eval: Evaluation) -> Ve
                     Stage::Ask,
                     question.asked_as,
                     Decision::Asked(reply),
-                    if refused { Outcome::Refused } else { Outcome::Ok },
+                    if refused {
+                        Outcome::Refused
+                    } else {
+                        Outcome::Ok
+                    },
                 )
                 .rule(patterns),
             );

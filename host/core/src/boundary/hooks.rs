@@ -58,7 +58,7 @@ impl HookStage {
 /// Run the hooks of one stage. Before hooks may rewrite `input` (checked
 /// again, so a hook never widens a permission); after hooks may rewrite
 /// `output` (given only for [`HookStage::After`]).
-pub async fn run_stage(
+pub(crate) async fn run_stage(
     call: &Call<'_>,
     stage: HookStage,
     input: &mut Value,

@@ -163,7 +163,12 @@ async fn boundary(call: &Call<'_>, input: &mut Value) -> Result<ToolOutput, Call
     let result = call
         .env
         .host
-        .execute(tool, &call.req.ctx, &input.to_string(), call.observer.clone())
+        .execute(
+            tool,
+            &call.req.ctx,
+            &input.to_string(),
+            call.observer.clone(),
+        )
         .await;
     let row = |outcome| {
         Row::new(Stage::Tool, tool.id.clone(), Decision::Ran, outcome)
@@ -217,7 +222,11 @@ async fn check_call(call: &Call<'_>, input: &Value) -> Result<(), CallFailure> {
     let pattern = crate::tool::pattern_of(&tool.pattern, input, &req.ctx.directory);
     let mut eval = req
         .rules
-        .evaluate(&env.ledger, &tool.permission, std::slice::from_ref(&pattern))
+        .evaluate(
+            &env.ledger,
+            &tool.permission,
+            std::slice::from_ref(&pattern),
+        )
         .map_err(CallFailure::Rules)?;
     // A tool the operator never mapped to a permission and an argument is
     // invisible to path and URL rules, so a blanket `*` allow must not run

@@ -47,7 +47,11 @@ impl CallObserver for Observer {
                 } else {
                     Decision::Allowed
                 },
-                if refused { Outcome::Refused } else { Outcome::Ok },
+                if refused {
+                    Outcome::Refused
+                } else {
+                    Outcome::Ok
+                },
             )
             .rule(rule.clone()),
         );
@@ -98,7 +102,9 @@ impl CallObserver for Observer {
         };
         match gate::decide(&gate, question, eval).await {
             Verdict::Allowed => Ok(()),
-            Verdict::Denied { rule } => Err(format!("`{permission}` is denied by the rule `{rule}`")),
+            Verdict::Denied { rule } => {
+                Err(format!("`{permission}` is denied by the rule `{rule}`"))
+            }
             Verdict::Rejected { attached } => Err(CallFailure::Rejected {
                 permission,
                 pattern: patterns.join(" "),

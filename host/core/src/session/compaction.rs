@@ -166,7 +166,7 @@ pub(crate) async fn process(
     };
     let outcome = Turn::new(core, step, cancel.clone())
         .process(llm_request)
-    .await?;
+        .await?;
 
     let summary = core
         .ledger

@@ -5,11 +5,11 @@
 pub mod compaction;
 pub mod history;
 pub mod lease;
-pub mod turn;
 pub mod run_loop;
 pub mod runner;
 pub mod status;
 pub mod system;
+pub mod turn;
 
 use std::collections::BTreeMap;
 use std::path::Path;

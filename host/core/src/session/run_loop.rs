@@ -173,7 +173,7 @@ pub(crate) async fn run(
         };
         let outcome = Turn::new(core, step, cancel.clone())
             .process(request)
-        .await?;
+            .await?;
         match outcome {
             Outcome::Continue => continue,
             Outcome::Stop => break,

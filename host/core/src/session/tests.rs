@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use warden_protocol::llm::AssistantContent;
-use warden_protocol::{ChatMessage, Event, LlmRequest, ModelRef, PartBody, ToolState};
+use warden_protocol::{ChatMessage, Event, LlmEvent, LlmRequest, ModelRef, PartBody, ToolState};
 
 use super::*;
 use crate::llm::scripted::ScriptedProvider;
@@ -680,7 +680,11 @@ async fn hook_tool_patterns_are_globs_with_alternatives() {
     s.core.prompt(prompt(&s, "go")).await.unwrap();
     assert_eq!(
         *s.tools.ran.lock().unwrap(),
-        ["hook braces echo", "hook class echo", r#"echo {"path":"a"}"#]
+        [
+            "hook braces echo",
+            "hook class echo",
+            r#"echo {"path":"a"}"#
+        ]
     );
 }
 
@@ -822,9 +826,7 @@ async fn an_always_answer_applies_at_once_to_a_later_call_of_the_same_step() {
             ]
         })
         .collect();
-    let row = |a: &str, b: &str, c: &str, d: &str, e: &str| {
-        [a, b, c, d, e].map(str::to_string)
-    };
+    let row = |a: &str, b: &str, c: &str, d: &str, e: &str| [a, b, c, d, e].map(str::to_string);
     assert_eq!(
         trail,
         [

@@ -26,10 +26,10 @@ use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use warden_core::Core;
+use warden_core::boundary::{self, CallRequest, Rules};
 use warden_core::clock::now_ms;
 use warden_core::ledger::{AuditEntry, id};
 use warden_core::tool::CallContext;
-use warden_core::boundary::{self, CallRequest, Rules};
 use warden_protocol::{MessageId, SessionId};
 
 use crate::McpError as Error;
@@ -163,7 +163,9 @@ impl WardenMcp {
             cancel: CancellationToken::new(),
             progress: Arc::new(|_, _| {}),
         };
-        Ok(tools::result(boundary::run(&self.core.call_env(), req).await))
+        Ok(tools::result(
+            boundary::run(&self.core.call_env(), req).await,
+        ))
     }
 }
 

@@ -72,8 +72,8 @@ pub fn result(outcome: CallOutcome) -> CallToolResult {
 
 #[cfg(test)]
 mod tests {
-    use warden_core::boundary::CallFailure;
     use super::*;
+    use warden_core::boundary::CallFailure;
     use warden_core::tool::{GuestRef, ToolOutput};
 
     fn def() -> ToolDef {

@@ -8,9 +8,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use warden_protocol::{
-    CallId, MessageId, Part, PartBody, SessionId, ToolState, TransitionError,
-};
+use warden_protocol::{CallId, MessageId, Part, PartBody, SessionId, ToolState, TransitionError};
 
 use crate::boundary::{CallFailure, CallOutcome};
 use crate::clock::now_ms;
@@ -23,7 +21,7 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(50);
 
 /// Which open calls cleanup ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Open {
+pub(crate) enum Open {
     /// Only calls still streaming (between retries: running ones go on).
     Pending,
     /// Pending and running calls (the end of a step).
@@ -195,8 +193,10 @@ impl<'a> CallTable<'a> {
                 .get(call_id)
                 .is_none_or(|t| t.elapsed() >= PROGRESS_EVERY);
             if due {
-                self.ledger.put_part(&self.parts[idx], PartWrite::Delta(""))?;
-                self.progress_written.insert(call_id.clone(), Instant::now());
+                self.ledger
+                    .put_part(&self.parts[idx], PartWrite::Delta(""))?;
+                self.progress_written
+                    .insert(call_id.clone(), Instant::now());
             }
         }
         Ok(())

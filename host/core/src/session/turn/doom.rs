@@ -42,7 +42,9 @@ pub(super) fn is_doom_loop(
         .iter()
         .all(|p| match &p.body {
             PartBody::Tool { tool, state, .. } => {
-                tool == name && !matches!(state, ToolState::Pending { .. }) && state.input() == input
+                tool == name
+                    && !matches!(state, ToolState::Pending { .. })
+                    && state.input() == input
             }
             _ => false,
         })

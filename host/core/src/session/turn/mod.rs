@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use warden_protocol::{
-    AssistantInfo, CallId, Event, LlmEvent, LlmRequest, MessageError, MessageInfo, MessageWithParts,
-    PartBody, ProviderError, SessionInfo, SessionStatus, ToolState,
+    AssistantInfo, CallId, Event, LlmEvent, LlmRequest, MessageError, MessageInfo,
+    MessageWithParts, PartBody, ProviderError, SessionInfo, SessionStatus, ToolState,
 };
 
 use super::CoreInner;
