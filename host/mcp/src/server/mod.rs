@@ -151,7 +151,7 @@ impl WardenMcp {
         }
         let req = CallRequest {
             ctx: CallContext {
-                session_id,
+                session_id: session_id.clone(),
                 message_id,
                 call_id: call_id.into(),
                 agent: agent.name.clone(),
