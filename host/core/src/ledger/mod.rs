@@ -16,6 +16,7 @@ pub mod id;
 mod lease;
 mod schema;
 mod timeline;
+mod transition;
 
 use lease::check_fence;
 
@@ -407,6 +408,16 @@ impl Ledger {
 
     /// Insert or update a part; see [`PartWrite`] for what is recorded.
     pub fn put_part(&self, part: &Part, write: PartWrite<'_>) -> Result<()> {
+        self.put_part_with_audit(part, write, &[])
+    }
+
+    /// [`Ledger::put_part`], with `audit` written in the same transaction.
+    fn put_part_with_audit(
+        &self,
+        part: &Part,
+        write: PartWrite<'_>,
+        audit: &[AuditEntry],
+    ) -> Result<()> {
         // The body is the part without its type and ids, which are columns of the row.
         let body =
             serde_json::to_string(&part.body).map_err(|e| CoreError::Internal(e.to_string()))?;
@@ -436,6 +447,9 @@ impl Ledger {
             // replays. Other parts keep their content in their own row.
             if write == PartWrite::Changed && matches!(part.body, PartBody::Tool { .. }) {
                 timeline::insert(tx, part, now)?;
+            }
+            if !audit.is_empty() {
+                audit::insert(tx, &self.guests, audit)?;
             }
             Ok(())
         })?;
@@ -755,6 +769,7 @@ mod tests {
                 tool: "read".into(),
                 state: ToolState::pending(),
                 provider_executed: false,
+                ignored: false,
             },
         };
         l.put_part(&part, PartWrite::Changed).unwrap();
@@ -890,6 +905,7 @@ mod tests {
                 tool: "read".into(),
                 state: ToolState::pending(),
                 provider_executed: false,
+                ignored: false,
             },
         };
         l.put_part(&tool, PartWrite::Changed).unwrap();

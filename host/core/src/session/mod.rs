@@ -1,16 +1,16 @@
 //! Sessions: `prompt` / `run` → the session's actor (`actor.rs`: one per
-//! session, holding its lease) → [`run_loop`] →
-//! [`processor`]. The loop re-reads the ledger every round; the processor
-//! turns one model stream into parts.
+//! session, holding its lease) → [`run_loop`] → [`turn`]. The loop re-reads
+//! the ledger every round; a turn is one model step: its stream becomes
+//! parts, its tool calls go through the boundary.
 
 mod actor;
 pub mod compaction;
 pub mod history;
 pub mod lease;
-pub mod processor;
 pub mod run_loop;
 pub mod status;
 pub mod system;
+pub mod turn;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -56,7 +56,7 @@ pub struct CoreOptions {
     /// How long a runner lease lasts without renewal.
     pub lease_ttl: Duration,
     /// warden's own files (config, data dir), off limits to tools.
-    pub protected: Vec<crate::tool::call::Protected>,
+    pub protected: Vec<crate::boundary::Protected>,
 }
 
 impl Default for CoreOptions {
@@ -82,7 +82,7 @@ pub(crate) struct CoreInner {
     pub status: StatusBoard,
     pub holder: String,
     pub options: CoreOptions,
-    pub protected: Arc<[crate::tool::call::Protected]>,
+    pub protected: Arc<[crate::boundary::Protected]>,
 }
 
 /// The agent core. Cheap to clone.
@@ -148,8 +148,8 @@ impl Core {
     /// The host boundary as a session's calls see it (ledger, questions, tool
     /// host, warden's own files), for front ends that run calls themselves,
     /// such as the MCP server.
-    pub fn call_env(&self) -> crate::tool::call::CallEnv {
-        crate::tool::call::CallEnv::new(
+    pub fn call_env(&self) -> crate::boundary::CallEnv {
+        crate::boundary::CallEnv::new(
             self.inner.ledger.clone(),
             self.inner.permissions.clone(),
             self.inner.tools.clone(),
