@@ -504,6 +504,7 @@ impl<'a> Turn<'a> {
                 outcome,
                 audit,
             } => {
+                let outcome = *outcome;
                 self.runs.ended();
                 if let CallOutcome::Failed { failure, .. } = &outcome
                     && failure.is_denial()

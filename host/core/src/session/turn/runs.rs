@@ -16,7 +16,8 @@ use crate::ledger::AuditEntry;
 pub(super) enum Feedback {
     Done {
         call_id: CallId,
-        outcome: CallOutcome,
+        /// Boxed: an outcome is large, progress reports are frequent.
+        outcome: Box<CallOutcome>,
         audit: Vec<AuditEntry>,
     },
     /// A guest reported progress; the latest report is in the slot (reports
@@ -79,7 +80,7 @@ impl Runs {
             let (outcome, audit) = boundary::run_audited(&env, request).await;
             let _ = done_tx.send(Feedback::Done {
                 call_id,
-                outcome,
+                outcome: Box::new(outcome),
                 audit,
             });
         });
