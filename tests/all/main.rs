@@ -16,6 +16,7 @@ mod hooks;
 mod loop_rules;
 mod mcp;
 mod opencode;
+mod operator;
 mod plugin_new;
 mod provider_faults;
 mod providers;

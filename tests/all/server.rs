@@ -29,7 +29,7 @@ impl Drop for Server {
 }
 
 impl Server {
-    fn start(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Server {
+    pub(crate) fn start(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Server {
         let mut args = vec!["--allow-scripted"];
         args.extend_from_slice(extra);
         Server::launch(env, &args, vars)
@@ -65,14 +65,14 @@ impl Server {
     }
 }
 
-fn client() -> reqwest::Client {
+pub(crate) fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
         .build()
         .unwrap()
 }
 
-async fn send(c: &reqwest::Client, method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
+pub(crate) async fn send(c: &reqwest::Client, method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
     let mut req = c.request(method.parse().unwrap(), url);
     if let Some(b) = body {
         req = req
@@ -86,7 +86,7 @@ async fn send(c: &reqwest::Client, method: &str, url: &str, body: Option<Value>)
 }
 
 /// Subscribe to `/event` and forward each event's JSON data.
-async fn subscribe(url: String) -> mpsc::UnboundedReceiver<Value> {
+pub(crate) async fn subscribe(url: String) -> mpsc::UnboundedReceiver<Value> {
     let (tx, rx) = mpsc::unbounded_channel();
     let res = client().get(&url).send().await.unwrap();
     assert_eq!(res.status().as_u16(), 200);
@@ -105,7 +105,7 @@ async fn subscribe(url: String) -> mpsc::UnboundedReceiver<Value> {
 }
 
 /// Read events until one matches, returning everything read.
-async fn until(
+pub(crate) async fn until(
     rx: &mut mpsc::UnboundedReceiver<Value>,
     pred: impl Fn(&Value) -> bool,
 ) -> Vec<Value> {
@@ -123,16 +123,16 @@ async fn until(
     }
 }
 
-fn is_idle(e: &Value) -> bool {
+pub(crate) fn is_idle(e: &Value) -> bool {
     e["type"] == "session.status" && e["status"]["type"] == "idle"
 }
 
 /// The scripted model, as OpenCode's clients name a model.
-fn model(env: &Env) -> Value {
+pub(crate) fn model(env: &Env) -> Value {
     json!({"providerID": "scripted", "modelID": env.root.path().join("cassette.json").display().to_string()})
 }
 
-async fn new_session(c: &reqwest::Client, s: &Server, env: &Env) -> String {
+pub(crate) async fn new_session(c: &reqwest::Client, s: &Server, env: &Env) -> String {
     let (status, body) = send(
         c,
         "POST",

@@ -9,6 +9,8 @@
 
 pub mod id;
 mod schema;
+pub mod phase;
+pub mod audit_query;
 
 use std::collections::HashMap;
 use std::path::Path;

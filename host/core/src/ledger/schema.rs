@@ -119,4 +119,17 @@ pub const MIGRATIONS: &[&str] = &[
             'completed', json_extract(info, '$.completed')))
     WHERE role = 'assistant' AND json_extract(info, '$.session_id') IS NOT NULL;
     "#,
+    // 3: the session's own phases besides tool states (model request, first
+    // token, step finish, retry wait), so a trace shows where time went.
+    r#"
+    CREATE TABLE phase (
+        session_id  TEXT NOT NULL,
+        seq         INTEGER NOT NULL,
+        message_id  TEXT,
+        at          INTEGER NOT NULL,
+        kind        TEXT NOT NULL,
+        detail      TEXT,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID;
+    "#,
 ];

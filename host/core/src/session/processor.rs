@@ -24,6 +24,7 @@ use warden_protocol::{
 
 use super::CoreInner;
 use super::history::assistant;
+use super::phase_marks::PhaseMarks;
 use crate::agent::Agent;
 use crate::clock::now_ms;
 use crate::error::{CoreError, Result};
@@ -152,17 +153,19 @@ impl<'a> Processor<'a> {
             return Err(CoreError::Internal("a processor was run twice".into()));
         };
         let session_id = self.session.id.clone();
+        let marks = PhaseMarks::new(&self.core.ledger, &session_id, &self.info.id);
         let mut attempt = 0u32;
         let result = loop {
             attempt += 1;
             self.saw_finish = false;
+            marks.request(attempt);
             let started = tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => Err(Halt::Cancelled),
                 s = self.model.provider.stream(request.clone()) => s.map_err(Halt::Provider),
             };
             let r = match started {
-                Ok(stream) => self.consume(stream, &mut rx).await,
+                Ok(stream) => self.consume(marks.watch(stream), &mut rx).await,
                 Err(h) => Err(h),
             };
             match r {
@@ -192,6 +195,7 @@ impl<'a> Processor<'a> {
                             true,
                             "the model's stream failed before the call was complete",
                         )?;
+                        marks.retry(attempt, wait, &e);
                         self.core.status.set(
                             &session_id,
                             SessionStatus::Retry {

@@ -30,7 +30,7 @@ use super::{
 };
 use crate::clock::now_ms;
 use crate::ledger::{AuditEntry, Ledger};
-use crate::permission::{self, Permissions, wildcard};
+use crate::permission::{self, Permissions, Refusal, wildcard};
 
 /// What the boundary needs from the core.
 #[derive(Clone)]
@@ -482,13 +482,8 @@ async fn check_call(env: &CallEnv, req: &CallRequest, input: &Value) -> Result<(
                 json!({"tool": tool.id, "input": input}),
             )
             .await;
-            if reply == PermissionReply::Reject {
-                Err(rejected(
-                    env,
-                    &req.ctx.session_id,
-                    &tool.permission,
-                    &pattern,
-                ))
+            if reply.reply == PermissionReply::Reject {
+                Err(rejected(reply.refusal, &tool.permission, &pattern))
             } else {
                 Ok(())
             }
@@ -541,7 +536,7 @@ async fn hook_allowed(env: &CallEnv, req: &CallRequest, hook: &HookDef, stage: &
                 json!({"hook": hook.guest.plugin, "tool": req.tool.id}),
             )
             .await;
-            if reply == PermissionReply::Reject {
+            if reply.reply == PermissionReply::Reject {
                 HookGate::Refused
             } else {
                 HookGate::Run
@@ -565,7 +560,7 @@ async fn ask(
     permission: &str,
     patterns: Vec<String>,
     metadata: Value,
-) -> PermissionReply {
+) -> crate::permission::Answer {
     let request = PermissionRequest {
         id: String::new(),
         session_id: req.ctx.session_id.clone(),
@@ -578,7 +573,9 @@ async fn ask(
             call_id: req.ctx.call_id.clone(),
         }),
     };
-    let reply = env.permissions.ask(request, &req.cancel).await;
+    let asked = Instant::now();
+    let answer = env.permissions.ask_why(request, &req.cancel).await;
+    let reply = answer.reply;
     let decision = match reply {
         PermissionReply::Once => "asked:once",
         PermissionReply::Always => "asked:always",
@@ -592,14 +589,15 @@ async fn ask(
         None,
         decision,
         Some(&patterns.join(" ")),
-        None,
+        // How long the question waited: the trace shows it apart from running.
+        Some(asked.elapsed()),
         if reply == PermissionReply::Reject {
             "refused"
         } else {
             "ok"
         },
     );
-    reply
+    answer
 }
 
 /// The patterns an `always` answer may turn into rules: only literal ones.
@@ -629,16 +627,9 @@ fn guest_may_ask(permission: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn rejected(env: &CallEnv, session: &SessionId, permission: &str, pattern: &str) -> String {
-    if env.permissions.can_answer(session) {
-        format!(
-            "permission denied: `{permission}` on `{pattern}` needs approval and the user rejected it"
-        )
-    } else {
-        format!(
-            "permission denied: `{permission}` on `{pattern}` needs approval and nobody was attached to give it; allow it in the config to run unattended"
-        )
-    }
+fn rejected(why: Option<Refusal>, permission: &str, pattern: &str) -> String {
+    let why = why.unwrap_or(Refusal::Rejected);
+    format!("permission denied: `{permission}` on `{pattern}` needs approval and {why}")
 }
 
 fn audit_guest(
@@ -834,7 +825,9 @@ impl CallObserver for Observer {
                         call_id: self.ctx.call_id.clone(),
                     }),
                 };
-                let reply = self.env.permissions.ask(request, &self.cancel).await;
+                let asked = Instant::now();
+                let answer = self.env.permissions.ask_why(request, &self.cancel).await;
+                let reply = answer.reply;
                 let (decision, outcome) = match reply {
                     PermissionReply::Once => ("asked:once", "ok"),
                     PermissionReply::Always => ("asked:always", "ok"),
@@ -848,13 +841,12 @@ impl CallObserver for Observer {
                     None,
                     decision,
                     Some(&patterns.join(" ")),
-                    None,
+                    Some(asked.elapsed()),
                     outcome,
                 );
                 match reply {
                     PermissionReply::Reject => Err(rejected(
-                        &self.env,
-                        &self.ctx.session_id,
+                        answer.refusal,
                         &permission,
                         &patterns.join(" "),
                     )),
