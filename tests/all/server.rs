@@ -72,7 +72,12 @@ pub(crate) fn client() -> reqwest::Client {
         .unwrap()
 }
 
-pub(crate) async fn send(c: &reqwest::Client, method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
+pub(crate) async fn send(
+    c: &reqwest::Client,
+    method: &str,
+    url: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
     let mut req = c.request(method.parse().unwrap(), url);
     if let Some(b) = body {
         req = req

@@ -125,7 +125,10 @@ mod tests {
 
     #[test]
     fn since_takes_ages_and_times() {
-        assert_eq!(parse_since("1h", 10_000_000).unwrap(), 10_000_000 - 3_600_000);
+        assert_eq!(
+            parse_since("1h", 10_000_000).unwrap(),
+            10_000_000 - 3_600_000
+        );
         assert_eq!(parse_since("1970-01-01T00:00:01Z", 0).unwrap(), 1000);
         assert!(parse_since("last week", 0).is_err());
     }

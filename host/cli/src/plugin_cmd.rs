@@ -313,7 +313,12 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
                         } else {
                             kinds.join(",")
                         };
-                        t.add_row(vec![status, p.name.to_string(), p.hash.clone(), p.contract.to_string()]);
+                        t.add_row(vec![
+                            status,
+                            p.name.to_string(),
+                            p.hash.clone(),
+                            p.contract.to_string(),
+                        ]);
                     }
                     say!("{t}");
                     for f in &found {

@@ -115,7 +115,11 @@ fn is_dropped_in(p: &LoadedPlugin, data_dir: &Path) -> bool {
 
 /// A plugin installed by `plugin add` carries its pin in its manifest.
 fn pinned_in_dir(p: &LoadedPlugin) -> bool {
-    let Some(manifest) = p.path.as_ref().and_then(|w| w.parent()).map(|d| d.join("plugin.json"))
+    let Some(manifest) = p
+        .path
+        .as_ref()
+        .and_then(|w| w.parent())
+        .map(|d| d.join("plugin.json"))
     else {
         return false;
     };
@@ -134,15 +138,20 @@ fn own_files(
     cwd: &Path,
 ) -> Vec<Finding> {
     let data = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
-    let mut own: Vec<PathBuf> = ["ledger.db", "cache", "plugins"]
+    let own: Vec<PathBuf> = ["ledger.db", "cache", "plugins"]
         .iter()
         .map(|n| data.join(n))
         .collect();
-    if let Some(c) = config_path.and_then(|c| std::fs::canonicalize(c).ok()) {
-        own.push(c);
-    }
+    // The config may be read by design; only a grant to write it is flagged.
+    let config = config_path.and_then(|c| std::fs::canonicalize(c).ok());
     let mut out = Vec::new();
     for d in &p.grants.dirs {
+        let mut own = own.clone();
+        if d.mode == warden_core::config::DirMode::ReadWrite
+            && let Some(c) = &config
+        {
+            own.push(c.clone());
+        }
         let Ok(real) = warden_runtime::sandbox::resolve_dir(&d.path, cwd.to_str(), &[]) else {
             continue;
         };

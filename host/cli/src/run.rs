@@ -93,10 +93,11 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         anyhow::bail!("the prompt is empty");
     }
     // Check the model before creating a session, so a bad one writes nothing.
-    let model = match app
-        .core
-        .choose_model(model.as_ref(), args.agent.as_deref(), existing.as_ref())
-    {
+    let model = match app.core.choose_model(
+        model.as_ref(),
+        args.agent.as_deref(),
+        existing.as_ref(),
+    ) {
         Err(warden_core::CoreError::NoModel) => anyhow::bail!(
             "no model chosen: pass --model provider/model (or scripted:PATH), or set \"model\" in the config"
         ),

@@ -38,10 +38,6 @@ impl Spinner {
         self.clear();
     }
 
-    pub fn waiting(&self) -> bool {
-        self.since.is_some()
-    }
-
     /// Remove the spinner's line before other output.
     pub fn clear(&mut self) {
         if self.shown {
@@ -90,7 +86,7 @@ mod tests {
     #[test]
     fn waiting_starts_once_and_stops() {
         let mut s = Spinner::new(false);
-        assert!(!s.waiting());
+        assert!(s.since.is_none());
         s.wait();
         let first = s.since;
         s.wait();
@@ -98,6 +94,6 @@ mod tests {
         s.tick();
         assert!(!s.shown, "a disabled spinner draws nothing");
         s.stop();
-        assert!(!s.waiting());
+        assert!(s.since.is_none());
     }
 }

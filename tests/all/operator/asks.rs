@@ -57,20 +57,28 @@ async fn an_ask_nobody_answers_is_refused_at_its_deadline_and_the_model_is_told_
     assert_eq!(asks[1], ("permission.replied".into(), "reject".into()));
     assert_eq!(asks[2].0, "session.warning");
     assert!(
-        asks[2].1.contains("was refused: nobody answered within 400 ms"),
+        asks[2]
+            .1
+            .contains("was refused: nobody answered within 400 ms"),
         "{asks:?}"
     );
 
-    // The model was shown why.
-    let reqs = env.requests();
-    assert_eq!(reqs.len(), 2);
-    let results = tool_results(&reqs[1]);
-    assert_eq!(results.len(), 1);
-    assert!(results[0].1, "an error result");
-    assert_eq!(
-        results[0].2,
-        "permission denied: `read` on `a.txt` needs approval and nobody answered within 400 ms (ask_timeout_ms), so it was refused"
+    // The call's error says why (and a refusal ends the turn: the model is
+    // not asked again, as with any refused ask).
+    assert_eq!(env.requests().len(), 1);
+    let parts = tool_parts(
+        &env.ledger()
+            .messages(&warden_protocol::SessionId(id.clone()))
+            .unwrap(),
     );
+    assert_eq!(parts.len(), 1);
+    match &parts[0].1 {
+        warden_protocol::ToolState::Error { error, .. } => assert_eq!(
+            error,
+            "permission denied: `read` on `a.txt` needs approval and nobody answered within 400 ms (ask_timeout_ms), so it was refused"
+        ),
+        other => panic!("{other:?}"),
+    }
     let (_, pending) = send(&c, "GET", &s.url("/permission"), None).await;
     assert_eq!(pending, json!([]));
 }
@@ -112,7 +120,11 @@ async fn aborting_a_session_settles_its_waiting_ask_with_an_event() {
         .iter()
         .find(|e| e["type"] == "permission.replied")
         .unwrap();
-    assert_eq!(replied["requestID"].as_str(), Some(rid.as_str()), "{replied}");
+    assert_eq!(
+        replied["requestID"].as_str(),
+        Some(rid.as_str()),
+        "{replied}"
+    );
     let (_, pending) = send(&c, "GET", &s.url("/permission"), None).await;
     assert_eq!(pending, json!([]));
     // Answering it now is too late.
@@ -139,7 +151,10 @@ async fn the_event_stream_of_an_unknown_session_is_a_404() {
     let body: Value = serde_json::from_str(&res.text().await.unwrap()).unwrap();
     assert_eq!(body["error"]["code"], "not_found");
     assert!(
-        body["error"]["message"].as_str().unwrap().contains("ses_nope"),
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ses_nope"),
         "{body}"
     );
 }

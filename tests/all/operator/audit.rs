@@ -90,7 +90,10 @@ fn the_audit_is_queried_across_sessions_by_plugin_decision_and_time() {
     let col = lines[0].find("DECISION").unwrap();
     assert_eq!(&lines[1][col..col + "denied".len()], "denied", "{text}");
 
-    let bad = env.warden(&["audit", "--since", "last week"]).output().unwrap();
+    let bad = env
+        .warden(&["audit", "--since", "last week"])
+        .output()
+        .unwrap();
     assert!(!bad.status.success());
     assert!(
         String::from_utf8_lossy(&bad.stderr).contains("is neither an age"),

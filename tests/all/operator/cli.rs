@@ -19,11 +19,17 @@ fn cassette(env: &Env) -> String {
 fn run_prints_the_session_id_and_pipes_only_the_answer() {
     let env = Env::new();
     let model = format!("scripted:{}", cassette(&env));
-    let out = env.warden(&["run", "--model", &model, "hi"]).output().unwrap();
+    let out = env
+        .warden(&["run", "--model", &model, "hi"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let stdout = String::from_utf8(out.stdout).unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(stdout, "hello\n", "the answer alone, no spinner, down a pipe");
+    assert_eq!(
+        stdout, "hello\n",
+        "the answer alone, no spinner, down a pipe"
+    );
     let sessions = env.ledger().sessions().unwrap();
     assert_eq!(sessions.len(), 1);
     assert_eq!(
@@ -43,15 +49,27 @@ fn the_prompt_comes_from_a_file_or_standard_input() {
     let big = "x".repeat(200 * 1024);
     let file = env.file("prompt.md", &big);
     let out = env
-        .warden(&["run", "--model", &model, "--file", &file.display().to_string()])
+        .warden(&[
+            "run",
+            "--model",
+            &model,
+            "--file",
+            &file.display().to_string(),
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let seen = env.requests();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0]["messages"][0]["role"], "user");
     assert!(
-        seen[0]["messages"][0].to_string().contains(&format!("\"{big}\"")),
+        seen[0]["messages"][0]
+            .to_string()
+            .contains(&format!("\"{big}\"")),
         "the whole file"
     );
 
@@ -69,7 +87,11 @@ fn the_prompt_comes_from_a_file_or_standard_input() {
         .write_all(b"from standard input")
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let seen = env.requests();
     assert_eq!(seen.len(), 2);
     assert!(
@@ -84,13 +106,18 @@ fn the_prompt_comes_from_a_file_or_standard_input() {
         .warden(&["run", "--model", &model, "--file", "x", "hi"])
         .output()
         .unwrap();
-    assert!(!both.status.success(), "a prompt and a file are one too many");
+    assert!(
+        !both.status.success(),
+        "a prompt and a file are one too many"
+    );
 }
 
 #[test]
 fn a_config_type_error_names_its_place() {
     let env = Env::new();
-    env.config(json!({"plugins": [{"name": "x", "path": "x.wasm", "grants": {"memory_mb": "big"}}]}));
+    env.config(
+        json!({"plugins": [{"name": "x", "path": "x.wasm", "grants": {"memory_mb": "big"}}]}),
+    );
     let out = env.warden(&["plugin", "list"]).output().unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -117,7 +144,9 @@ fn the_help_lists_every_command() {
         .collect();
     assert_eq!(
         listed,
-        ["run", "demo", "session", "trace", "audit", "bench", "serve", "mcp", "plugin", "help"]
+        [
+            "run", "demo", "session", "trace", "audit", "bench", "serve", "mcp", "plugin", "help"
+        ]
     );
     assert!(!help.contains("run, demo, session, trace."), "{help}");
     let trace = env.warden(&["trace", "--help"]).output().unwrap();

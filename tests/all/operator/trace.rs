@@ -81,7 +81,13 @@ fn one_call_draws_a_session_lane_and_a_call_lane_with_each_state_and_its_duratio
     // tools ran between them.
     assert_eq!(
         states(&t["status"]),
-        ["model request", "streaming", "tools", "model request", "streaming"]
+        [
+            "model request",
+            "streaming",
+            "tools",
+            "model request",
+            "streaming"
+        ]
     );
     let call = &t["calls"][0];
     assert_eq!(call["outcome"], "completed");
@@ -100,19 +106,32 @@ fn one_call_draws_a_session_lane_and_a_call_lane_with_each_state_and_its_duratio
     }
 
     let svg = trace(&env, id.as_str(), "svg");
-    assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""), "{svg}");
+    assert!(
+        svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+        "{svg}"
+    );
     assert!(svg.trim_end().ends_with("</svg>"));
     assert!(!svg.contains("href"), "self-contained: nothing to fetch");
     let drawn = lanes(&svg);
     let want_call: Vec<(String, i64)> = phases
         .iter()
-        .map(|p| (p["state"].as_str().unwrap().to_string(), p["ms"].as_i64().unwrap()))
+        .map(|p| {
+            (
+                p["state"].as_str().unwrap().to_string(),
+                p["ms"].as_i64().unwrap(),
+            )
+        })
         .collect();
     let want_session: Vec<(String, i64)> = t["status"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| (p["state"].as_str().unwrap().to_string(), p["ms"].as_i64().unwrap()))
+        .map(|p| {
+            (
+                p["state"].as_str().unwrap().to_string(),
+                p["ms"].as_i64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         drawn,
@@ -121,8 +140,14 @@ fn one_call_draws_a_session_lane_and_a_call_lane_with_each_state_and_its_duratio
             ("call_1".to_string(), want_call)
         ]
     );
-    assert_eq!(attrs(&svg, "<rect class=\"end\"", "data-state"), ["completed"]);
-    assert_eq!(attrs(&svg, "<g class=\"lane\" data-lane=\"call_1\"", "data-tool"), ["read"]);
+    assert_eq!(
+        attrs(&svg, "<rect class=\"end\"", "data-state"),
+        ["completed"]
+    );
+    assert_eq!(
+        attrs(&svg, "<g class=\"lane\" data-lane=\"call_1\"", "data-tool"),
+        ["read"]
+    );
 }
 
 #[test]
@@ -189,14 +214,21 @@ async fn the_time_a_person_takes_to_answer_is_awaiting_permission_not_running() 
 
     let t: Value = serde_json::from_str(&trace(&env, &id, "json")).unwrap();
     let phases = t["calls"][0]["phases"].as_array().unwrap().clone();
-    let states: Vec<&str> = phases.iter().map(|p| p["state"].as_str().unwrap()).collect();
+    let states: Vec<&str> = phases
+        .iter()
+        .map(|p| p["state"].as_str().unwrap())
+        .collect();
     assert_eq!(states, ["pending", "awaiting permission", "running"]);
     assert_eq!(phases[1]["detail"], "read");
     assert!(phases[1]["ms"].as_i64().unwrap() >= 300, "{phases:?}");
     let svg = trace(&env, &id, "svg");
     let drawn = lanes(&svg);
     assert_eq!(
-        drawn[1].1.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>(),
+        drawn[1]
+            .1
+            .iter()
+            .map(|(s, _)| s.as_str())
+            .collect::<Vec<_>>(),
         ["pending", "awaiting permission", "running"]
     );
     let text = trace(&env, &id, "text");
@@ -219,13 +251,22 @@ fn retry_waits_and_hooks_have_rows_of_their_own() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| (s["state"].as_str().unwrap().to_string(), s["detail"].clone()))
+        .map(|s| {
+            (
+                s["state"].as_str().unwrap().to_string(),
+                s["detail"].clone(),
+            )
+        })
         .collect();
     assert_eq!(status.len(), 4, "{status:?}");
     assert_eq!(status[0], ("model request".into(), Value::Null));
     assert_eq!(status[1].0, "retry wait");
     assert!(
-        status[1].1.as_str().unwrap().starts_with("attempt 1 failed: "),
+        status[1]
+            .1
+            .as_str()
+            .unwrap()
+            .starts_with("attempt 1 failed: "),
         "{status:?}"
     );
     assert_eq!(status[2], ("model request".into(), json!("attempt 2")));
@@ -258,7 +299,12 @@ fn each_hook_run_is_a_box_of_its_own() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| (p["state"].as_str().unwrap().to_string(), p["detail"].clone()))
+        .map(|p| {
+            (
+                p["state"].as_str().unwrap().to_string(),
+                p["detail"].clone(),
+            )
+        })
         .collect();
     assert_eq!(
         phases,
@@ -273,7 +319,18 @@ fn each_hook_run_is_a_box_of_its_own() {
     );
     let drawn = lanes(&trace(&env, run.session().as_str(), "svg"));
     assert_eq!(
-        drawn[1].1.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>(),
-        ["pending", "hook before", "hook before", "running", "hook after", "hook after"]
+        drawn[1]
+            .1
+            .iter()
+            .map(|(s, _)| s.as_str())
+            .collect::<Vec<_>>(),
+        [
+            "pending",
+            "hook before",
+            "hook before",
+            "running",
+            "hook after",
+            "hook after"
+        ]
     );
 }

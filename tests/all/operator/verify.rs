@@ -34,7 +34,9 @@ fn dead_rules_unmapped_tools_unpinned_plugins_and_grants_over_warden_s_files_are
     let env = Env::new();
     // A plugin granted the whole temporary root (which holds the data dir),
     // without a pin, with one tool left unmapped.
-    let mut plugin = Env::fixtures_plugin(json!({"dirs": [{"path": env.root.path().display().to_string(), "mode": "ro"}]}));
+    let mut plugin = Env::fixtures_plugin(
+        json!({"dirs": [{"path": env.root.path().display().to_string(), "mode": "ro"}]}),
+    );
     plugin["tools"].as_object_mut().unwrap().remove("echo");
     env.config(json!({
         "permission": {"bash": "deny", "read": {"*.env": "deny"}, "echo": "allow"},
@@ -52,10 +54,22 @@ fn dead_rules_unmapped_tools_unpinned_plugins_and_grants_over_warden_s_files_are
         ]
     );
     let message = |i: usize| v["findings"][i]["message"].as_str().unwrap().to_string();
-    assert!(message(0).contains("the rule `bash * deny` names a permission no loaded tool uses"), "{}", message(0));
+    assert!(
+        message(0).contains("the rule `bash * deny` names a permission no loaded tool uses"),
+        "{}",
+        message(0)
+    );
     assert!(message(1).contains("add \"sha256\""), "{}", message(1));
-    assert!(message(2).starts_with("tool echo of fixtures has no permission mapping"), "{}", message(2));
-    assert!(message(3).contains("covers warden's own files"), "{}", message(3));
+    assert!(
+        message(2).starts_with("tool echo of fixtures has no permission mapping"),
+        "{}",
+        message(2)
+    );
+    assert!(
+        message(3).contains("covers warden's own files"),
+        "{}",
+        message(3)
+    );
     let fixtures = v["plugins"]
         .as_array()
         .unwrap()
@@ -73,13 +87,19 @@ fn dead_rules_unmapped_tools_unpinned_plugins_and_grants_over_warden_s_files_are
     let out = env.warden(&["plugin", "verify"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().find(|l| l.contains(" fixtures ")).unwrap();
-    assert!(line.trim_start().starts_with("covers-warden-files,unmapped-tool,unpinned"), "{text}");
+    assert!(
+        line.trim_start()
+            .starts_with("covers-warden-files,unmapped-tool,unpinned"),
+        "{text}"
+    );
 
     // Pinned, mapped, narrowly granted, live rules: nothing to flag.
     let hash = fixtures["sha256"].as_str().unwrap();
     let mut clean = Env::fixtures_plugin(json!({"dirs": [{"path": ".", "mode": "ro"}]}));
     clean["sha256"] = json!(hash);
-    env.config(json!({"permission": {"read": {"*.env": "deny"}, "echo": "allow"}, "plugins": [clean]}));
+    env.config(
+        json!({"permission": {"read": {"*.env": "deny"}, "echo": "allow"}, "plugins": [clean]}),
+    );
     let (ok, v) = verify(&env, true);
     assert!(ok, "{v}");
     assert_eq!(kinds(&v), []);

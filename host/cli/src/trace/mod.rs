@@ -61,8 +61,9 @@ pub fn trace(args: TraceArgs) -> Result<ExitCode> {
         TraceFormat::Text => text(&t, session.time.created),
     };
     match &args.output {
-        Some(path) => std::fs::write(path, out)
-            .with_context(|| format!("cannot write {}", path.display()))?,
+        Some(path) => {
+            std::fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))?
+        }
         None => {
             use std::io::Write as _;
             let _ = std::io::stdout().write_all(out.as_bytes());
@@ -137,9 +138,8 @@ fn text(t: &timeline::Timeline, created: i64) -> String {
                     a.subject.clone(),
                     a.decision.clone(),
                     a.rule.clone().unwrap_or_default(),
-                    a.duration_us.map_or(String::new(), |us| {
-                        format!("{:.3} ms", us as f64 / 1000.0)
-                    }),
+                    a.duration_us
+                        .map_or(String::new(), |us| format!("{:.3} ms", us as f64 / 1000.0)),
                     a.outcome.clone().unwrap_or_default(),
                 ]);
             }

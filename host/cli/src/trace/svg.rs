@@ -138,7 +138,11 @@ pub fn render(t: &Timeline) -> String {
             TOP - 4.0,
             height - 12.0,
             TOP - 8.0,
-            if at == 0 { "0".to_string() } else { duration(at) }
+            if at == 0 {
+                "0".to_string()
+            } else {
+                duration(at)
+            }
         );
         at += step;
     }
@@ -185,7 +189,13 @@ pub fn render(t: &Timeline) -> String {
             LABELS - 8.0,
             y + lane_h * 0.75,
             outcome_colour(&c.outcome),
-            if c.outcome == "completed" { "✓" } else if c.outcome.starts_with("error") { "✗" } else { "…" },
+            if c.outcome == "completed" {
+                "✓"
+            } else if c.outcome.starts_with("error") {
+                "✗"
+            } else {
+                "…"
+            },
             escape(&c.outcome),
         );
         for span in &c.phases {
@@ -238,7 +248,10 @@ fn boxed(s: &mut String, span: &Span, x0: f64, x1: f64, y: f64, h: f64, font: f6
     } else {
         return;
     };
-    let dark = matches!(span.state.as_str(), "running" | "streaming" | "retry wait" | "hook before" | "hook after");
+    let dark = matches!(
+        span.state.as_str(),
+        "running" | "streaming" | "retry wait" | "hook before" | "hook after"
+    );
     let _ = write!(
         s,
         r##"<text x="{:.1}" y="{:.1}" fill="{}" pointer-events="none">{}</text>

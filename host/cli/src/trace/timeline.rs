@@ -6,8 +6,8 @@
 
 use serde::Serialize;
 use warden_core::ledger::AuditEntry;
-use warden_core::ledger::phase::{Phase, PhaseKind};
 use warden_core::ledger::PartEvent;
+use warden_core::ledger::phase::{Phase, PhaseKind};
 use warden_protocol::{Millis, PartBody, ToolState};
 
 use crate::session_cmd::clip;
@@ -198,7 +198,12 @@ fn call_phases(c: &CallLane) -> Vec<Span> {
         _ => None,
     };
     if let Some(p) = at("pending") {
-        out.push(Span::new("pending", None, p, running.or(end).unwrap_or(last)));
+        out.push(Span::new(
+            "pending",
+            None,
+            p,
+            running.or(end).unwrap_or(last),
+        ));
     }
     let Some(run_start) = running else {
         return out;
@@ -247,7 +252,12 @@ fn call_phases(c: &CallLane) -> Vec<Span> {
     cursor = run_stop;
     for a in &after {
         let stop = a.at.clamp(cursor, run_end);
-        out.push(Span::new("hook after", Some(hook_name(&a.subject)), cursor, stop));
+        out.push(Span::new(
+            "hook after",
+            Some(hook_name(&a.subject)),
+            cursor,
+            stop,
+        ));
         cursor = stop;
     }
     // Whatever the host did after the last stage belongs to it.

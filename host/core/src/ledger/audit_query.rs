@@ -117,7 +117,13 @@ mod tests {
     use super::*;
     use crate::bus::Bus;
 
-    fn row(session: &SessionId, at: Millis, subject: &str, hash: Option<&str>, decision: &str) -> AuditEntry {
+    fn row(
+        session: &SessionId,
+        at: Millis,
+        subject: &str,
+        hash: Option<&str>,
+        decision: &str,
+    ) -> AuditEntry {
         AuditEntry {
             seq: 0,
             session_id: session.clone(),

@@ -7,10 +7,10 @@
 //! sharing sessions) replaces this module and nothing else. Every write is
 //! published on the [`Bus`] after it commits.
 
-pub mod id;
-mod schema;
-pub mod phase;
 pub mod audit_query;
+pub mod id;
+pub mod phase;
+mod schema;
 
 use std::collections::HashMap;
 use std::path::Path;

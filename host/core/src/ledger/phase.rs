@@ -131,11 +131,15 @@ mod tests {
             },
         ];
         for (i, k) in kinds.iter().enumerate() {
-            ledger.mark_phase(&s.id, Some(&m), 10 * i as i64, k).unwrap();
+            ledger
+                .mark_phase(&s.id, Some(&m), 10 * i as i64, k)
+                .unwrap();
         }
         let got = ledger.phases(&s.id).unwrap();
         assert_eq!(
-            got.iter().map(|p| (p.seq, p.at, p.kind.clone())).collect::<Vec<_>>(),
+            got.iter()
+                .map(|p| (p.seq, p.at, p.kind.clone()))
+                .collect::<Vec<_>>(),
             kinds
                 .iter()
                 .enumerate()

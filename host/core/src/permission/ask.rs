@@ -266,7 +266,11 @@ impl Permissions {
     }
 
     /// Ask and wait for the answer. See [`Permissions::ask_why`].
-    pub async fn ask(&self, request: PermissionRequest, cancel: &CancellationToken) -> PermissionReply {
+    pub async fn ask(
+        &self,
+        request: PermissionRequest,
+        cancel: &CancellationToken,
+    ) -> PermissionReply {
         self.ask_why(request, cancel).await.reply
     }
 
@@ -607,7 +611,10 @@ mod tests {
             let (p, s, cancel) = (p.clone(), s.id.clone(), cancel.clone());
             tokio::spawn(async move { p.ask_why(request(&s), &cancel).await })
         };
-        while !matches!(&*events.recv().await.unwrap(), Event::PermissionAsked { .. }) {}
+        while !matches!(
+            &*events.recv().await.unwrap(),
+            Event::PermissionAsked { .. }
+        ) {}
         cancel.cancel();
         assert_eq!(asker.await.unwrap().refusal, Some(Refusal::Aborted));
         assert!(matches!(
@@ -631,7 +638,10 @@ mod tests {
             let (p, s) = (p.clone(), s.id.clone());
             tokio::spawn(async move { p.ask_why(request(&s), &CancellationToken::new()).await })
         };
-        while !matches!(&*events.recv().await.unwrap(), Event::PermissionAsked { .. }) {}
+        while !matches!(
+            &*events.recv().await.unwrap(),
+            Event::PermissionAsked { .. }
+        ) {}
         drop(guard);
         assert_eq!(asker.await.unwrap().refusal, Some(Refusal::WatcherLeft));
         assert!(matches!(

@@ -20,9 +20,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use warden_protocol::{
-    Action, PermissionReply, PermissionRequest, PermissionTool, Rule, SessionId,
-};
+use warden_protocol::{Action, PermissionReply, PermissionRequest, PermissionTool, Rule};
 
 use super::{
     AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookDef, ToolDef,
@@ -251,7 +249,7 @@ async fn boundary(env: &CallEnv, req: CallRequest) -> CallOutcome {
                     &format!("ask: {reason}"),
                 );
                 let pattern = super::pattern_of(&tool.pattern, &input, &req.ctx.directory);
-                let reply = ask(env, &req, &tool.permission, vec![pattern], json!({"tool": tool.id, "input": input, "hook": hook.guest.plugin, "reason": reason})).await;
+                let reply = ask(env, &req, &tool.permission, vec![pattern], json!({"tool": tool.id, "input": input, "hook": hook.guest.plugin, "reason": reason})).await.reply;
                 if reply == PermissionReply::Reject {
                     return CallOutcome::Failed {
                         input,
@@ -845,11 +843,9 @@ impl CallObserver for Observer {
                     outcome,
                 );
                 match reply {
-                    PermissionReply::Reject => Err(rejected(
-                        answer.refusal,
-                        &permission,
-                        &patterns.join(" "),
-                    )),
+                    PermissionReply::Reject => {
+                        Err(rejected(answer.refusal, &permission, &patterns.join(" ")))
+                    }
                     _ => Ok(()),
                 }
             }
