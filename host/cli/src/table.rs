@@ -12,10 +12,10 @@ pub fn table(headers: &[&str]) -> Table {
         .set_content_arrangement(ContentArrangement::Disabled)
         .set_header(headers.iter().map(|h| Cell::new(h.to_uppercase())));
     for (i, h) in headers.iter().enumerate() {
-        if matches!(*h, "took" | "offset" | "ms") {
-            if let Some(c) = t.column_mut(i) {
-                c.set_cell_alignment(CellAlignment::Right);
-            }
+        if matches!(*h, "took" | "offset" | "ms")
+            && let Some(c) = t.column_mut(i)
+        {
+            c.set_cell_alignment(CellAlignment::Right);
         }
     }
     t

@@ -107,34 +107,32 @@ pub fn render(t: &Timeline) -> String {
     );
     // Legend.
     let mut lx = 12.0;
-    for state in [
-        "model request",
-        "streaming",
-        "tools",
-        "retry wait",
-        "pending",
-        "awaiting permission",
-        "hook before",
-        "running",
+    for (state, label) in [
+        ("model request", "model request"),
+        ("streaming", "streaming"),
+        ("tools", "tools"),
+        ("retry wait", "retry wait"),
+        ("pending", "pending"),
+        ("awaiting permission", "awaiting permission"),
+        ("hook before", "hook (before / after)"),
+        ("running", "running"),
     ] {
-        let _ = write!(
+        let _ = writeln!(
             s,
-            r##"<rect x="{lx}" y="52" width="12" height="12" fill="{}"/><text x="{}" y="62">{state}</text>
-"##,
+            r##"<rect x="{lx}" y="52" width="12" height="12" fill="{}"/><text x="{}" y="62">{label}</text>"##,
             colour(state),
             lx + 16.0
         );
-        lx += 16.0 + state.len() as f64 * 6.6 + 14.0;
+        lx += 16.0 + label.len() as f64 * 6.6 + 14.0;
     }
     // Axis and grid.
     let step = tick_step(span_ms);
     let mut at = 0;
     while at <= span_ms {
         let gx = x(t.start + at);
-        let _ = write!(
+        let _ = writeln!(
             s,
-            r##"<line x1="{gx:.1}" y1="{}" x2="{gx:.1}" y2="{}" stroke="#e4e4e4"/><text x="{gx:.1}" y="{}" text-anchor="middle" fill="#555">{}</text>
-"##,
+            r##"<line x1="{gx:.1}" y1="{}" x2="{gx:.1}" y2="{}" stroke="#e4e4e4"/><text x="{gx:.1}" y="{}" text-anchor="middle" fill="#555">{}</text>"##,
             TOP - 4.0,
             height - 12.0,
             TOP - 8.0,
@@ -150,20 +148,18 @@ pub fn render(t: &Timeline) -> String {
 
     // The session's lane.
     let y = lane_y(0);
-    let _ = write!(
+    let _ = writeln!(
         s,
-        r##"<g class="lane" data-lane="session"><text x="12" y="{:.1}" font-weight="bold">session</text>
-"##,
+        r##"<g class="lane" data-lane="session"><text x="12" y="{:.1}" font-weight="bold">session</text>"##,
         y + lane_h * 0.75
     );
     for span in &t.status {
         boxed(&mut s, span, x(span.start), x(span.end), y, lane_h, font);
     }
     s.push_str("</g>\n");
-    let _ = write!(
+    let _ = writeln!(
         s,
-        r##"<line x1="12" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#bbb"/>
-"##,
+        r##"<line x1="12" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#bbb"/>"##,
         y + lane_h + gap / 2.0,
         WIDTH - RIGHT
     );
@@ -177,10 +173,9 @@ pub fn render(t: &Timeline) -> String {
         } else {
             label
         };
-        let _ = write!(
+        let _ = writeln!(
             s,
-            r##"<g class="lane" data-lane="{}" data-tool="{}" data-outcome="{}"><text x="12" y="{:.1}">{}</text><text x="{}" y="{:.1}" text-anchor="end" fill="{}">{} {}</text>
-"##,
+            r##"<g class="lane" data-lane="{}" data-tool="{}" data-outcome="{}"><text x="12" y="{:.1}">{}</text><text x="{}" y="{:.1}" text-anchor="end" fill="{}">{} {}</text>"##,
             escape(&c.call_id),
             escape(&c.tool),
             escape(&c.outcome),
@@ -206,16 +201,25 @@ pub fn render(t: &Timeline) -> String {
             && matches!(last.status, "completed" | "error")
         {
             let ex = x(last.at);
-            let _ = write!(
+            let _ = writeln!(
                 s,
-                r##"<rect class="end" data-state="{}" x="{:.1}" y="{y:.1}" width="3" height="{lane_h}" fill="{}"><title>{} at +{}</title></rect>
-"##,
+                r##"<rect class="end" data-state="{}" x="{:.1}" y="{y:.1}" width="3" height="{lane_h}" fill="{}"><title>{} at +{}</title></rect>"##,
                 escape(&c.outcome),
                 ex,
                 outcome_colour(&c.outcome),
                 escape(&c.outcome),
                 duration(last.at - t.start)
             );
+            // A call too short to see at this scale still says how long it took.
+            if ex + 70.0 < WIDTH {
+                let _ = writeln!(
+                    s,
+                    r##"<text x="{:.1}" y="{:.1}" fill="#666">{}</text>"##,
+                    ex + 7.0,
+                    y + lane_h * 0.75,
+                    duration(c.total_ms)
+                );
+            }
         }
         s.push_str("</g>\n");
     }
@@ -231,10 +235,9 @@ fn boxed(s: &mut String, span: &Span, x0: f64, x1: f64, y: f64, h: f64, font: f6
         None => span.state.clone(),
     };
     let tip = format!("{what}: {}", duration(span.ms));
-    let _ = write!(
+    let _ = writeln!(
         s,
-        r##"<rect class="box" data-state="{}" data-ms="{}" x="{x0:.1}" y="{y:.1}" width="{w:.1}" height="{h}" rx="2" fill="{}"><title>{}</title></rect>
-"##,
+        r##"<rect class="box" data-state="{}" data-ms="{}" x="{x0:.1}" y="{y:.1}" width="{w:.1}" height="{h}" rx="2" fill="{}"><title>{}</title></rect>"##,
         escape(&span.state),
         span.ms,
         colour(&span.state),
@@ -252,10 +255,9 @@ fn boxed(s: &mut String, span: &Span, x0: f64, x1: f64, y: f64, h: f64, font: f6
         span.state.as_str(),
         "running" | "streaming" | "retry wait" | "hook before" | "hook after"
     );
-    let _ = write!(
+    let _ = writeln!(
         s,
-        r##"<text x="{:.1}" y="{:.1}" fill="{}" pointer-events="none">{}</text>
-"##,
+        r##"<text x="{:.1}" y="{:.1}" fill="{}" pointer-events="none">{}</text>"##,
         x0 + 3.0,
         y + h * 0.72,
         if dark { "#ffffff" } else { "#222222" },
