@@ -265,7 +265,12 @@ fn a_swapped_cache_entry_is_refused_and_recompiled() {
     // A cache of its own: the shared one must not be tampered with.
     std::fs::remove_file(env.data().join("cache")).unwrap();
     std::fs::remove_dir(env.data()).unwrap();
-    env.config(json!({"plugins": [Env::fixtures_plugin(json!({}))]}));
+    // Two plugins from files, so the cache holds two entries (the built-ins
+    // come compiled in the binary and are checked there, not cached).
+    env.config(
+        json!({"plugins": [Env::fixtures_plugin(json!({})), adversary(json!({}))],
+        "permission": {"echo": "allow"}}),
+    );
     let verify = env.warden(&["plugin", "verify"]).output().unwrap();
     assert!(
         verify.status.success(),
@@ -300,32 +305,35 @@ fn a_swapped_cache_entry_is_refused_and_recompiled() {
             .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(h))
             .unwrap()
     };
-    // Another component's artifact copied over the built-in read's entry.
-    let read_entry = entry(&hash("read"));
-    std::fs::copy(entry(&hash("fixtures")), &read_entry).unwrap();
+    // Another component's artifact copied over the fixtures' entry.
+    let fixtures_entry = entry(&hash("fixtures"));
+    std::fs::copy(entry(&hash("adversary")), &fixtures_entry).unwrap();
 
-    env.file("notes.txt", "the real read tool\n");
     env.cassette(json!([
-        {"tool_calls": [{"id": "r", "name": "read", "arguments": {"filePath": "notes.txt"}}]},
+        {"tool_calls": [{"id": "e", "name": "echo", "arguments": {"said": "the real echo"}}]},
         {"text": "done"}
     ]));
-    let run = env.run_json("read");
+    let run = env.run_json("echo");
     assert!(run.status.success(), "{}", run.stderr);
     assert!(
         run.stderr.contains(&format!(
             "warning: the compiled cache entry for component {} was not used (it was compiled from another component",
-            hash("read")
+            hash("fixtures")
         )) && run.stderr.contains("compiled it again"),
         "{}",
         run.stderr
     );
     let results = tool_results(&env.requests()[1]);
-    assert!(
-        !results[0].1 && results[0].2.contains("the real read tool"),
-        "{results:?}"
+    assert_eq!(
+        results,
+        vec![(
+            "e".to_string(),
+            false,
+            r#"{"said":"the real echo"}"#.to_string()
+        )]
     );
     // The entry was rewritten: the next run loads it without a warning.
-    let again = env.run_json("read");
+    let again = env.run_json("echo");
     assert!(!again.stderr.contains("warning"), "{}", again.stderr);
 }
 

@@ -267,6 +267,87 @@ fn hook_path(lang: &str) {
         }
     };
     assert_eq!(run_input(&env), json!({"filePath": "notes.txt"}));
+
+    crashing_hook(&env, &project, &name, lang);
+}
+
+/// The hook's author adds a bug: on `boom.txt` it raises (Python), throws
+/// (JS) or panics (Rust). The call fails closed, the model sees the hook's
+/// own words, the tool never runs, and what the guest printed is kept.
+fn crashing_hook(env: &Env, project: &Path, name: &str, lang: &str) {
+    let (file, anchor, bug) = match lang {
+        "python" => (
+            "app.py",
+            "    if path.endswith(\".secret\"):",
+            "    if path == \"boom.txt\":\n        raise RuntimeError(\"the guard tripped on boom.txt\")\n",
+        ),
+        "js" => (
+            "logic.js",
+            "  if (path.endsWith('.secret'))",
+            "  if (path === 'boom.txt') throw new Error('the guard tripped on boom.txt');\n",
+        ),
+        _ => (
+            "src/lib.rs",
+            "    if path.ends_with(\".secret\") {",
+            "    if path == \"boom.txt\" {\n        panic!(\"the guard tripped on boom.txt\");\n    }\n",
+        ),
+    };
+    let source = project.join(file);
+    let text = std::fs::read_to_string(&source).unwrap();
+    assert!(
+        text.contains(anchor),
+        "{} changed: {text}",
+        source.display()
+    );
+    std::fs::write(&source, text.replacen(anchor, &format!("{bug}{anchor}"), 1)).unwrap();
+    author(env, project, &["plugin", "build"]);
+    add(env, project, &[]);
+    env.file("boom.txt", "the tool must not read this\n");
+
+    let (results, shown, id) = session(
+        env,
+        &[
+            ("b1", "read", json!({"filePath": "boom.txt"})),
+            ("b2", "read", json!({"filePath": "notes.txt"})),
+        ],
+        &[],
+    );
+    let said = match lang {
+        "python" => "RuntimeError: the guard tripped on boom.txt",
+        "js" => "Error: the guard tripped on boom.txt",
+        _ => "the guard tripped on boom.txt",
+    };
+    assert_eq!(results.len(), 2, "{results:?}");
+    let (call, failed, error) = &results[0];
+    assert_eq!((call.as_str(), *failed), ("b1", true), "{results:?}");
+    assert!(
+        error.contains(&format!("hook {name}")) && error.contains(said),
+        "the model should see which hook failed and its own message: {error}"
+    );
+    assert!(!error.contains("must not read"), "the tool ran: {error}");
+    // The model is shown the same failure, and the next call still runs.
+    assert_eq!(shown[0].0, "b1");
+    assert!(shown[0].1 && shown[0].2.contains(said), "{shown:?}");
+    assert_eq!(results[1], ("b2".into(), false, "     1\talpha\n".into()));
+
+    // The whole story (a traceback, a stack, a panic's location) is kept.
+    let trail = env.ledger().audit_trail(&id).unwrap();
+    let printed = trail
+        .iter()
+        .find(|a| a.call_id.as_deref() == Some("b1") && a.stage == "stderr")
+        .unwrap_or_else(|| panic!("no stderr row for b1: {trail:?}"));
+    assert_eq!(printed.subject, format!("plugin:{name}"));
+    let text = printed.outcome.as_deref().unwrap_or("");
+    assert!(text.contains("the guard tripped on boom.txt"), "{text}");
+    let whole = match lang {
+        "python" => "Traceback",
+        "js" => "decide",
+        _ => "panicked at",
+    };
+    assert!(
+        text.contains(whole),
+        "stderr should carry the whole story: {text}"
+    );
 }
 
 #[test]

@@ -13,7 +13,6 @@ macro_rules! say {
 mod app;
 mod audit_cmd;
 mod author;
-mod bench;
 mod demo;
 mod mcp_cmd;
 mod plugin_cmd;
@@ -80,8 +79,6 @@ enum Command {
     Trace(trace::TraceArgs),
     /// The audit trail across sessions: filter by plugin, decision and time.
     Audit(audit_cmd::AuditArgs),
-    /// Measure warden against the physical floor; prints a table, writes JSON.
-    Bench(bench::BenchArgs),
     /// Serve the HTTP API and the live event stream.
     Serve(serve::ServeArgs),
     /// Serve every loaded tool to MCP clients over stdio (each call checked like a session's).
@@ -124,7 +121,6 @@ fn main() -> ExitCode {
             Command::Plugin { command, common } => plugin_cmd::plugin(command, common).await,
             Command::Serve(args) => serve::serve(args).await,
             Command::Mcp(args) => mcp_cmd::mcp(args).await,
-            Command::Bench(args) => bench::bench(args).await,
         }
     });
     match result {

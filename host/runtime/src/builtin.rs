@@ -5,10 +5,25 @@
 //! Each tool is its own plugin, so each gets only what it needs: the tools
 //! that change files (`write`, `edit`) get the working directory read-write,
 //! the ones that look (`read`, `list`, `glob`, `grep`) get it read-only.
+//!
+//! They also come compiled: `build.rs` compiles each one on the runtime's
+//! default engine settings, so a first run on a fresh data dir starts as
+//! fast as a warm one. An artifact is used only when it is bound to the
+//! component being loaded (its sha256), is intact (its own sha256, kept
+//! beside it in the binary) and was made for this engine (the fingerprint
+//! of its settings); otherwise the component is compiled as any plugin is.
 
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::Ordering;
 
+use sha2::{Digest, Sha256};
 use warden_core::config::{DirGrant, DirMode, Grants, ToolSettings};
+use wasmtime::component::Component;
+
+use crate::engine::Sandbox;
+
+include!(concat!(env!("OUT_DIR"), "/precompiled.rs"));
 
 /// One embedded plugin.
 pub struct Builtin {
@@ -126,4 +141,98 @@ fn working_dir(mode: DirMode) -> Grants {
 /// the test fixtures).
 pub fn plugin_dir() -> &'static str {
     env!("WARDEN_PLUGIN_DIR")
+}
+
+/// A `Hasher` over sha256, so the fingerprint is the same in every process
+/// (build.rs has the same one).
+struct Fingerprint(Sha256);
+
+impl Hasher for Fingerprint {
+    fn finish(&self) -> u64 {
+        0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+/// The fingerprint of an engine's settings, as build.rs records it.
+fn fingerprint(engine: &wasmtime::Engine) -> String {
+    let mut h = Fingerprint(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut h);
+    hex::encode(h.0.finalize())
+}
+
+/// The built-in component whose sha256 is `component_hash`, compiled at
+/// build time, when its artifact checks out for `sandbox`'s engine; `None`
+/// (compile it) otherwise. Counted as a cache hit.
+pub fn precompiled(sandbox: &Sandbox, component_hash: &str) -> Option<Component> {
+    let (file, artifact, _, artifact_hash, engine_fingerprint) = PRECOMPILED
+        .iter()
+        .find(|(_, _, component, _, _)| component.eq_ignore_ascii_case(component_hash))?;
+    if fingerprint(&sandbox.engine) != *engine_fingerprint {
+        // Another memory limit or allocator than the default: compiled as any plugin.
+        tracing::debug!(
+            file,
+            "built-in artifact made for other engine settings; compiling"
+        );
+        return None;
+    }
+    if hex::encode(Sha256::digest(artifact)) != *artifact_hash {
+        tracing::warn!(
+            file,
+            "built-in artifact does not match its digest; compiling instead"
+        );
+        return None;
+    }
+    // SAFETY: deserialising runs the artifact's native code later. It was
+    // made by build.rs with this wasmtime version from exactly this
+    // component (sha256 checked above against the bytes being loaded), it
+    // matches the digest recorded beside it in the same binary, and it was
+    // made for these engine settings (fingerprint checked above); wasmtime
+    // checks its header against the engine as well.
+    #[allow(unsafe_code)]
+    let component = unsafe { Component::deserialize(&sandbox.engine, artifact) };
+    match component {
+        Ok(c) => {
+            sandbox.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
+            Some(c)
+        }
+        Err(e) => {
+            tracing::warn!(file, error = %e, "built-in artifact refused by the engine; compiling");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_has_an_artifact_for_the_default_engine() {
+        let sandbox = Sandbox::new(64, None).expect("an engine");
+        for b in all() {
+            let hash = crate::engine::sha256_hex(b.bytes);
+            assert!(
+                precompiled(&sandbox, &hash).is_some(),
+                "{} has no usable artifact",
+                b.name
+            );
+        }
+        assert_eq!(
+            sandbox.stats.cache_hits.load(Ordering::Relaxed),
+            all().len() as u64
+        );
+        // A component it was not made from gets none.
+        assert!(precompiled(&sandbox, &"0".repeat(64)).is_none());
+    }
+
+    #[test]
+    fn an_artifact_is_refused_on_other_engine_settings() {
+        let sandbox = Sandbox::new(128, None).expect("an engine");
+        let read = &all()[0];
+        assert!(precompiled(&sandbox, &crate::engine::sha256_hex(read.bytes)).is_none());
+        assert_eq!(sandbox.stats.cache_hits.load(Ordering::Relaxed), 0);
+    }
 }

@@ -110,9 +110,17 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
         plugin: name.to_string(),
         reason,
     };
-    let component = sandbox
-        .component(src.bytes, &hash)
-        .map_err(|e| contract_err(e.to_string()))?;
+    // A built-in may come compiled in the binary (checked before use).
+    let component = match src
+        .builtin
+        .then(|| crate::builtin::precompiled(sandbox, &hash))
+        .flatten()
+    {
+        Some(c) => c,
+        None => sandbox
+            .component(src.bytes, &hash)
+            .map_err(|e| contract_err(e.to_string()))?,
+    };
 
     let exports: BTreeSet<String> = component
         .component_type()

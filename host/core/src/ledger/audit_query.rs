@@ -2,8 +2,7 @@
 //! refused, filtered the way an operator asks ("what did plugin X do this
 //! week, and what was refused").
 
-use rusqlite::types::Value as SqlValue;
-use warden_protocol::{MessageId, Millis, SessionId};
+use warden_protocol::Millis;
 
 use super::{AuditEntry, Ledger};
 use crate::error::Result;
@@ -20,11 +19,11 @@ pub enum DecisionClass {
 }
 
 impl DecisionClass {
-    fn sql(&self) -> &'static str {
+    fn covers(&self, decision: &str) -> bool {
         match self {
-            DecisionClass::Denied => "decision IN ('denied', 'asked:reject')",
-            DecisionClass::Asked => "decision LIKE 'asked:%'",
-            DecisionClass::Allowed => "decision IN ('allowed', 'asked:once', 'asked:always')",
+            DecisionClass::Denied => matches!(decision, "denied" | "asked:reject"),
+            DecisionClass::Asked => decision.starts_with("asked:"),
+            DecisionClass::Allowed => matches!(decision, "allowed" | "asked:once" | "asked:always"),
         }
     }
 }
@@ -43,71 +42,36 @@ pub struct AuditFilter {
     pub limit: usize,
 }
 
+impl AuditFilter {
+    fn keeps(&self, e: &AuditEntry) -> bool {
+        let about = (self.subjects.is_empty() && self.hashes.is_empty())
+            || self.subjects.contains(&e.subject)
+            || e.plugin_hash
+                .as_ref()
+                .is_some_and(|h| self.hashes.contains(h));
+        about
+            && self.decision.is_none_or(|d| d.covers(&e.decision))
+            && self.since.is_none_or(|t| e.at >= t)
+    }
+}
+
 impl Ledger {
-    /// Audit rows of every session matching `filter`, oldest first.
+    /// Audit rows of every session matching `filter`, oldest first. Read
+    /// through each session's trail, so it holds whatever way the trail is
+    /// stored.
     pub fn audit_query(&self, filter: &AuditFilter) -> Result<Vec<AuditEntry>> {
-        let mut clauses: Vec<String> = Vec::new();
-        let mut args: Vec<SqlValue> = Vec::new();
-        if !filter.subjects.is_empty() || !filter.hashes.is_empty() {
-            let mut any = Vec::new();
-            if !filter.subjects.is_empty() {
-                any.push(format!(
-                    "subject IN ({})",
-                    vec!["?"; filter.subjects.len()].join(", ")
-                ));
-                args.extend(filter.subjects.iter().cloned().map(SqlValue::Text));
-            }
-            if !filter.hashes.is_empty() {
-                any.push(format!(
-                    "plugin_hash IN ({})",
-                    vec!["?"; filter.hashes.len()].join(", ")
-                ));
-                args.extend(filter.hashes.iter().cloned().map(SqlValue::Text));
-            }
-            clauses.push(format!("({})", any.join(" OR ")));
+        let mut out = Vec::new();
+        for session in self.sessions()? {
+            out.extend(
+                self.audit_trail(&session.id)?
+                    .into_iter()
+                    .filter(|e| filter.keeps(e)),
+            );
         }
-        if let Some(d) = filter.decision {
-            clauses.push(d.sql().to_string());
+        out.sort_by(|a, b| (a.at, &a.session_id, a.seq).cmp(&(b.at, &b.session_id, b.seq)));
+        if filter.limit > 0 && out.len() > filter.limit {
+            out.drain(..out.len() - filter.limit);
         }
-        if let Some(since) = filter.since {
-            clauses.push("at >= ?".into());
-            args.push(SqlValue::Integer(since));
-        }
-        let condition = if clauses.is_empty() {
-            String::new()
-        } else {
-            format!("WHERE {}", clauses.join(" AND "))
-        };
-        let limit = if filter.limit == 0 {
-            String::new()
-        } else {
-            format!("LIMIT {}", filter.limit)
-        };
-        // Newest first for the limit, then turned back to oldest first.
-        let sql = format!(
-            "SELECT seq, session_id, message_id, call_id, at, stage, subject, plugin_hash, decision, rule, duration_us, outcome
-             FROM audit {condition} ORDER BY at DESC, session_id DESC, seq DESC {limit}"
-        );
-        let conn = self.conn();
-        let mut stmt = conn.prepare(&sql)?;
-        let rows = stmt.query_map(rusqlite::params_from_iter(args), |r| {
-            Ok(AuditEntry {
-                seq: r.get(0)?,
-                session_id: SessionId(r.get(1)?),
-                message_id: r.get::<_, Option<String>>(2)?.map(MessageId),
-                call_id: r.get(3)?,
-                at: r.get(4)?,
-                stage: r.get(5)?,
-                subject: r.get(6)?,
-                plugin_hash: r.get(7)?,
-                decision: r.get(8)?,
-                rule: r.get(9)?,
-                duration_us: r.get(10)?,
-                outcome: r.get(11)?,
-            })
-        })?;
-        let mut out = rows.collect::<rusqlite::Result<Vec<_>>>()?;
-        out.reverse();
         Ok(out)
     }
 }
@@ -116,6 +80,7 @@ impl Ledger {
 mod tests {
     use super::*;
     use crate::bus::Bus;
+    use warden_protocol::SessionId;
 
     fn row(
         session: &SessionId,

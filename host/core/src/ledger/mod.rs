@@ -7,21 +7,27 @@
 //! sharing sessions) replaces this module and nothing else. Every write is
 //! published on the [`Bus`] after it commits.
 
+mod audit;
 pub mod audit_query;
+mod checkpoint;
+mod codec;
 pub mod id;
+mod lease;
 pub mod phase;
 mod schema;
+mod timeline;
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::{Deserialize, Serialize};
 use warden_protocol::{
     Event, MessageId, MessageInfo, MessageWithParts, Millis, Part, PartBody, Rule, SessionId,
-    SessionInfo, SessionTime, ToolState,
+    SessionInfo, SessionTime,
 };
+
+use checkpoint::Checkpointer;
 
 use crate::bus::Bus;
 use crate::clock::now_ms;
@@ -37,39 +43,8 @@ pub enum PartWrite<'a> {
     Delta(&'a str),
 }
 
-/// One recorded change of a part: the replayable timeline.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PartEvent {
-    pub seq: i64,
-    pub at: Millis,
-    pub message_id: MessageId,
-    pub part: Part,
-}
-
-/// One decision or guest call at the host boundary.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AuditEntry {
-    #[serde(default)]
-    pub seq: i64,
-    pub session_id: SessionId,
-    pub message_id: Option<MessageId>,
-    pub call_id: Option<String>,
-    pub at: Millis,
-    /// `permission`, `before`, `tool`, `after`, `ask`; `stdout` / `stderr`
-    /// for what a guest printed during the call.
-    pub stage: String,
-    /// What was called or checked: `read` (tool), `plugin:name` (guest), ...
-    pub subject: String,
-    /// The guest's content hash, for guest calls.
-    pub plugin_hash: Option<String>,
-    /// `allowed`, `denied`, `asked:once`, `asked:reject`, ...
-    pub decision: String,
-    /// The rule that decided, as `permission pattern action`.
-    pub rule: Option<String>,
-    pub duration_us: Option<i64>,
-    /// `ok`, or what went wrong.
-    pub outcome: Option<String>,
-}
+pub use audit::AuditEntry;
+pub use timeline::PartEvent;
 
 /// Who holds a session's runner lease, when taking it failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,55 +65,10 @@ pub struct Ledger {
     /// given back. While the lease is held nobody else may write them, so a
     /// round of the loop re-reads its history without decoding it again.
     held: Arc<Mutex<HashMap<SessionId, Vec<Arc<MessageWithParts>>>>>,
+    /// The audit trail's keys of guest hashes.
+    guests: Arc<audit::GuestKeys>,
     /// Stops when the last clone is dropped.
     _checkpointer: Option<Arc<Checkpointer>>,
-}
-
-/// Moves the write-ahead log into the database file from a thread of its own,
-/// on its own connection, so that no write of a tool call pays for it. Left
-/// to SQLite, the commit that crosses the log's threshold copies it back and
-/// syncs the file: one tool call in a hundred took milliseconds longer.
-struct Checkpointer {
-    stop: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Checkpointer {
-    const EVERY: std::time::Duration = std::time::Duration::from_millis(500);
-
-    fn start(path: &Path) -> Result<Checkpointer> {
-        let conn = Connection::open(path)?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))?;
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("warden-ledger-checkpoint".into())
-            .spawn(move || {
-                // A passive checkpoint never waits for a writer or a reader:
-                // it copies what it can and leaves the rest for next time.
-                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                    stopped.recv_timeout(Self::EVERY)
-                {
-                    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-                    {
-                        tracing::warn!("ledger checkpoint failed (will retry): {e}");
-                    }
-                }
-            })
-            .map_err(|e| CoreError::Internal(format!("cannot start the checkpoint thread: {e}")))?;
-        Ok(Checkpointer {
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Checkpointer {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }
 
 impl Ledger {
@@ -161,8 +91,9 @@ impl Ledger {
         Ok(ledger)
     }
 
-    /// A private in-memory ledger, for tests and benchmarks.
-    pub fn in_memory(bus: Bus) -> Result<Ledger> {
+    /// A private in-memory ledger, for tests.
+    #[cfg(test)]
+    pub(crate) fn in_memory(bus: Bus) -> Result<Ledger> {
         Self::init(Connection::open_in_memory()?, bus, ":memory:")
     }
 
@@ -174,12 +105,13 @@ impl Ledger {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         let mut conn = conn;
-        migrate(&mut conn, path)?;
+        schema::migrate(&mut conn, path)?;
         Ok(Ledger {
             db: Arc::new(Mutex::new(conn)),
             bus,
             path: path.into(),
             held: Arc::new(Mutex::new(HashMap::new())),
+            guests: Arc::new(audit::GuestKeys::default()),
             _checkpointer: None,
         })
     }
@@ -311,17 +243,23 @@ impl Ledger {
         self.held().remove(id);
         let mut conn = self.conn();
         let tx = conn.transaction()?;
+        // Messages and parts go with the session (foreign keys); the
+        // timeline and audit trail are removed by its key, the lease by its id.
+        for table in ["part_event", "audit"] {
+            tx.execute(
+                &format!(
+                    "DELETE FROM {table} WHERE session = (SELECT key FROM session WHERE id = ?1)"
+                ),
+                params![id.as_str()],
+            )?;
+        }
+        tx.execute(
+            "DELETE FROM runner_lease WHERE session_id = ?1",
+            params![id.as_str()],
+        )?;
         let n = tx.execute("DELETE FROM session WHERE id = ?1", params![id.as_str()])?;
         if n == 0 {
             return Err(CoreError::SessionNotFound(id.clone()));
-        }
-        // Messages and parts go with the session (foreign keys); the
-        // timeline, audit trail and lease are keyed by id only.
-        for table in ["part_event", "audit", "runner_lease"] {
-            tx.execute(
-                &format!("DELETE FROM {table} WHERE session_id = ?1"),
-                params![id.as_str()],
-            )?;
         }
         tx.commit()?;
         Ok(())
@@ -343,9 +281,16 @@ impl Ledger {
 
     /// Insert or update a message header.
     pub fn put_message(&self, info: &MessageInfo) -> Result<()> {
+        // The header without its role and ids, which are columns of the row.
         let body = serde_json::to_string(info).map_err(|e| CoreError::Internal(e.to_string()))?;
+        let (role, id, sid) = header_fields(info);
+        let body = codec::slim_tokens(codec::strip(
+            body,
+            &[("role", &role), ("id", &id), ("sessionID", &sid)],
+        ));
         let now = now_ms();
-        self.conn()
+        let n = self
+            .conn()
             .prepare_cached(UPSERT_MESSAGE)?
             .execute(params![
                 info.id().as_str(),
@@ -355,6 +300,9 @@ impl Ledger {
                 info.created(),
                 now
             ])?;
+        if n == 0 {
+            return Err(CoreError::SessionNotFound(info.session_id().clone()));
+        }
         if let Some(held) = self.held().get_mut(info.session_id()) {
             match held.binary_search_by(|m| m.info.id().cmp(info.id())) {
                 Ok(i) => Arc::make_mut(&mut held[i]).info = info.clone(),
@@ -374,37 +322,37 @@ impl Ledger {
 
     /// Insert or update a part; see [`PartWrite`] for what is recorded.
     pub fn put_part(&self, part: &Part, write: PartWrite<'_>) -> Result<()> {
-        // The body is the part without its ids, which are columns of the row.
+        // The body is the part without its type and ids, which are columns of the row.
         let body =
             serde_json::to_string(&part.body).map_err(|e| CoreError::Internal(e.to_string()))?;
+        let mut body = codec::strip(body, &[("type", &codec::quoted(part.body.kind()))]);
+        if matches!(part.body, PartBody::StepFinish { .. }) {
+            body = codec::slim_tokens(body);
+        }
         let now = now_ms();
-        let status = part.tool_state().map(|s| s.status());
         {
             let mut conn = self.conn();
             let tx = conn.transaction()?;
-            tx.prepare_cached(UPSERT_PART)?.execute(params![
-                part.id.as_str(),
-                part.message_id.as_str(),
+            let n = tx.prepare_cached(UPSERT_PART)?.execute(params![
                 part.session_id.as_str(),
-                part.body.kind(),
-                part.call_id(),
-                status,
+                part.message_id.as_str(),
+                part.id.as_str(),
+                codec::kind_code(&part.body),
                 body,
-                now
             ])?;
+            if n == 0 {
+                return Err(CoreError::Corrupt {
+                    what: format!("part {}", part.id),
+                    reason: format!(
+                        "its message {} of session {} is not in the ledger",
+                        part.message_id, part.session_id
+                    ),
+                });
+            }
             // The timeline is of tool calls: their states are what a trace
-            // replays. Other parts keep their times in their own row.
+            // replays. Other parts keep their content in their own row.
             if write == PartWrite::Changed && matches!(part.body, PartBody::Tool { .. }) {
-                tx.prepare_cached(INSERT_PART_EVENT)?.execute(params![
-                    part.session_id.as_str(),
-                    part.message_id.as_str(),
-                    part.id.as_str(),
-                    part.body.kind(),
-                    part.call_id(),
-                    status,
-                    now,
-                    timeline_body(part)?
-                ])?;
+                timeline::insert(&tx, part, now)?;
             }
             tx.commit()?;
         }
@@ -456,15 +404,33 @@ impl Ledger {
     fn read_messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
         let conn = self.conn();
         let mut out: Vec<MessageWithParts> = Vec::new();
+        let mut keys: Vec<i64> = Vec::new();
+        let sid = codec::quoted(session.as_str());
         {
-            let mut stmt =
-                conn.prepare("SELECT id, info FROM message WHERE session_id = ?1 ORDER BY id")?;
+            let mut stmt = conn.prepare(
+                "SELECT m.key, m.id, m.role, m.info FROM message m JOIN session s ON s.key = m.session
+                 WHERE s.id = ?1 ORDER BY m.id",
+            )?;
             let rows = stmt.query_map(params![session.as_str()], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
             })?;
             for row in rows {
-                let (id, info) = row?;
+                let (key, id, role, info) = row?;
+                let info = codec::splice(
+                    &info,
+                    &[
+                        ("role", &codec::quoted(&role)),
+                        ("id", &codec::quoted(&id)),
+                        ("sessionID", &sid),
+                    ],
+                );
                 let info: MessageInfo = decode(&info, || format!("message {id}"))?;
+                keys.push(key);
                 out.push(MessageWithParts {
                     info,
                     parts: Vec::new(),
@@ -472,37 +438,41 @@ impl Ledger {
             }
         }
         let mut stmt = conn.prepare(
-            "SELECT id, message_id, body FROM part WHERE session_id = ?1 ORDER BY message_id, id",
+            "SELECT p.message, p.id, p.kind, p.body FROM part p JOIN message m ON m.key = p.message
+             JOIN session s ON s.key = m.session WHERE s.id = ?1 ORDER BY m.id, p.id",
         )?;
         let rows = stmt.query_map(params![session.as_str()], |r| {
             Ok((
-                r.get::<_, String>(0)?,
+                r.get::<_, i64>(0)?,
                 r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, String>(3)?,
             ))
         })?;
         let mut idx = 0;
         for row in rows {
-            let (id, message_id, body) = row?;
-            let part = Part {
+            let (message, id, kind, body) = row?;
+            let kind = codec::kind_name(kind).ok_or_else(|| CoreError::Corrupt {
+                what: format!("part {id}"),
+                reason: format!("unknown kind code {kind}"),
+            })?;
+            let body = codec::splice(&body, &[("type", &codec::quoted(kind))]);
+            // Both lists are in message id order, so one forward walk pairs them.
+            while idx < keys.len() && keys[idx] != message {
+                idx += 1;
+            }
+            let Some(m) = out.get_mut(idx) else {
+                return Err(CoreError::Corrupt {
+                    what: format!("part {id}"),
+                    reason: "its message is missing".into(),
+                });
+            };
+            m.parts.push(Part {
                 body: decode(&body, || format!("part {id}"))?,
                 id: id.into(),
                 session_id: session.clone(),
-                message_id: MessageId(message_id.clone()),
-            };
-            // Both lists are sorted by message id, so one forward walk pairs them.
-            while idx < out.len() && out[idx].info.id().as_str() < message_id.as_str() {
-                idx += 1;
-            }
-            match out.get_mut(idx) {
-                Some(m) if m.info.id().as_str() == message_id => m.parts.push(part),
-                _ => {
-                    return Err(CoreError::Corrupt {
-                        what: format!("part {}", part.id),
-                        reason: format!("its message {message_id} is missing"),
-                    });
-                }
-            }
+                message_id: m.info.id().clone(),
+            });
         }
         Ok(out)
     }
@@ -518,9 +488,10 @@ impl Ledger {
     /// How many assistant messages of the session began a model step.
     pub fn started_turns(&self, session: &SessionId) -> Result<u32> {
         let n: i64 = self.conn().query_row(
-            "SELECT COUNT(DISTINCT p.message_id) FROM part p JOIN message m ON m.session_id = p.session_id AND m.id = p.message_id
-             WHERE p.session_id = ?1 AND p.kind = 'step-start' AND m.role = 'assistant'",
-            params![session.as_str()],
+            "SELECT COUNT(DISTINCT p.message) FROM part p JOIN message m ON m.key = p.message
+             JOIN session s ON s.key = m.session
+             WHERE s.id = ?1 AND p.kind = ?2 AND m.role = 'assistant'",
+            params![session.as_str(), codec::STEP_START],
             |r| r.get(0),
         )?;
         Ok(n as u32)
@@ -528,207 +499,52 @@ impl Ledger {
 
     /// The recorded timeline of the session's parts, in order.
     pub fn part_events(&self, session: &SessionId) -> Result<Vec<PartEvent>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT seq, at, message_id, part_id, body FROM part_event WHERE session_id = ?1 ORDER BY seq",
-        )?;
-        let rows = stmt.query_map(params![session.as_str()], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, String>(4)?,
-            ))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (seq, at, message_id, part_id, body) = row?;
-            let part = Part {
-                body: decode(&body, || format!("part event {seq}"))?,
-                id: part_id.into(),
-                session_id: session.clone(),
-                message_id: MessageId(message_id.clone()),
-            };
-            out.push(PartEvent {
-                seq,
-                at,
-                message_id: MessageId(message_id),
-                part,
-            });
-        }
-        Ok(out)
+        timeline::read(&self.conn(), session)
     }
 
     // ---- audit ----
 
     /// Record a decision or guest call.
     pub fn audit(&self, entry: &AuditEntry) -> Result<()> {
-        insert_audit(&self.conn(), entry)
+        audit::insert(&self.conn(), &self.guests, std::slice::from_ref(entry))
     }
 
-    /// Record several entries in one transaction.
+    /// Record a call's entries, one row per call, in one transaction.
     pub fn audit_all(&self, entries: &[AuditEntry]) -> Result<()> {
         if entries.is_empty() {
             return Ok(());
         }
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        for entry in entries {
-            insert_audit(&tx, entry)?;
-        }
+        audit::insert(&tx, &self.guests, entries)?;
         tx.commit()?;
         Ok(())
     }
 
-    /// The session's audit trail, in order.
+    /// The session's audit trail, entry by entry, in order.
     pub fn audit_trail(&self, session: &SessionId) -> Result<Vec<AuditEntry>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT seq, session_id, message_id, call_id, at, stage, subject, plugin_hash, decision, rule, duration_us, outcome
-             FROM audit WHERE session_id = ?1 ORDER BY seq",
-        )?;
-        let rows = stmt.query_map(params![session.as_str()], |r| {
-            Ok(AuditEntry {
-                seq: r.get(0)?,
-                session_id: SessionId(r.get(1)?),
-                message_id: r.get::<_, Option<String>>(2)?.map(MessageId),
-                call_id: r.get(3)?,
-                at: r.get(4)?,
-                stage: r.get(5)?,
-                subject: r.get(6)?,
-                plugin_hash: r.get(7)?,
-                decision: r.get(8)?,
-                rule: r.get(9)?,
-                duration_us: r.get(10)?,
-                outcome: r.get(11)?,
-            })
-        })?;
-        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-    }
-
-    // ---- runner leases ----
-
-    /// Take (or renew) the session's runner lease for `ttl_ms`. Fails with the
-    /// current holder when someone else holds an unexpired lease, unless
-    /// `holder_is_dead` says that holder is gone.
-    pub fn acquire_lease(
-        &self,
-        session: &SessionId,
-        holder: &str,
-        ttl_ms: i64,
-        holder_is_dead: impl Fn(&str) -> bool,
-    ) -> Result<std::result::Result<(), LeaseHeld>> {
-        let now = now_ms();
-        let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let current: Option<(String, i64)> = tx
-            .query_row(
-                "SELECT holder, expires_at FROM runner_lease WHERE session_id = ?1",
-                params![session.as_str()],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
-        if let Some((h, exp)) = &current
-            && h != holder
-            && *exp > now
-            && !holder_is_dead(h)
-        {
-            return Ok(Err(LeaseHeld {
-                holder: h.clone(),
-                expires_at: *exp,
-            }));
-        }
-        tx.execute(
-            "INSERT INTO runner_lease (session_id, holder, expires_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT(session_id) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at",
-            params![session.as_str(), holder, now + ttl_ms],
-        )?;
-        tx.commit()?;
-        drop(conn);
-        if !self.held().contains_key(session) {
-            let msgs = self
-                .read_messages(session)?
-                .into_iter()
-                .map(Arc::new)
-                .collect();
-            self.held().entry(session.clone()).or_insert(msgs);
-        }
-        Ok(Ok(()))
-    }
-
-    /// Extend a lease this holder has; `false` if it was taken over meanwhile.
-    pub fn renew_lease(&self, session: &SessionId, holder: &str, ttl_ms: i64) -> Result<bool> {
-        let n = self
-            .conn()
-            .prepare_cached(
-                "UPDATE runner_lease SET expires_at = ?3 WHERE session_id = ?1 AND holder = ?2",
-            )?
-            .execute(params![session.as_str(), holder, now_ms() + ttl_ms])?;
-        if n != 1 {
-            // Someone else holds it now and may write: stop trusting the copy.
-            self.held().remove(session);
-        }
-        Ok(n == 1)
-    }
-
-    /// Every lease: (session, holder, expiry). A lease outlives its run only
-    /// when the run's process died.
-    pub fn leases(&self) -> Result<Vec<(SessionId, String, Millis)>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT session_id, holder, expires_at FROM runner_lease ORDER BY session_id",
-        )?;
-        let rows = stmt.query_map([], |r| Ok((SessionId(r.get(0)?), r.get(1)?, r.get(2)?)))?;
-        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-    }
-
-    /// Give the lease back (only if this holder still has it).
-    pub fn release_lease(&self, session: &SessionId, holder: &str) -> Result<()> {
-        self.held().remove(session);
-        self.conn().execute(
-            "DELETE FROM runner_lease WHERE session_id = ?1 AND holder = ?2",
-            params![session.as_str(), holder],
-        )?;
-        Ok(())
+        audit::read(&self.conn(), session)
     }
 }
 
 // The statements every step runs, prepared once per connection.
 const UPSERT_MESSAGE: &str = "\
-    INSERT INTO message (id, session_id, role, info, created_at, updated_at)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-    ON CONFLICT(session_id, id) DO UPDATE SET info = excluded.info, updated_at = excluded.updated_at";
+    INSERT INTO message (session, id, role, info, created_at, updated_at)
+    SELECT key, ?1, ?3, ?4, ?5, ?6 FROM session WHERE id = ?2
+    ON CONFLICT(session, id) DO UPDATE SET info = excluded.info, updated_at = excluded.updated_at";
 const UPSERT_PART: &str = "\
-    INSERT INTO part (id, message_id, session_id, kind, call_id, status, body, updated_at)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-    ON CONFLICT(session_id, message_id, id) DO UPDATE
-    SET status = excluded.status, body = excluded.body, updated_at = excluded.updated_at";
-const INSERT_PART_EVENT: &str = "\
-    INSERT INTO part_event (session_id, seq, message_id, part_id, kind, call_id, status, at, body)
-    VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM part_event WHERE session_id = ?1),
-            ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
-const INSERT_AUDIT: &str = "\
-    INSERT INTO audit (session_id, seq, message_id, call_id, at, stage, subject, plugin_hash,
-                       decision, rule, duration_us, outcome)
-    VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM audit WHERE session_id = ?1),
-            ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+    INSERT INTO part (message, id, kind, body)
+    SELECT m.key, ?3, ?4, ?5 FROM message m JOIN session s ON s.key = m.session
+    WHERE s.id = ?1 AND m.id = ?2
+    ON CONFLICT(message, id) DO UPDATE SET body = excluded.body";
 
-fn insert_audit(conn: &Connection, entry: &AuditEntry) -> Result<()> {
-    conn.prepare_cached(INSERT_AUDIT)?.execute(params![
-        entry.session_id.as_str(),
-        entry.message_id.as_ref().map(|m| m.as_str()),
-        entry.call_id,
-        entry.at,
-        entry.stage,
-        entry.subject,
-        entry.plugin_hash,
-        entry.decision,
-        entry.rule,
-        entry.duration_us,
-        entry.outcome
-    ])?;
-    Ok(())
+/// A header's role and ids as JSON, as serde writes them first.
+fn header_fields(info: &MessageInfo) -> (String, String, String) {
+    (
+        codec::quoted(info.role()),
+        codec::quoted(info.id().as_str()),
+        codec::quoted(info.session_id().as_str()),
+    )
 }
 
 fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<SessionInfo>> {
@@ -755,75 +571,11 @@ fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<SessionInfo>> {
     )))
 }
 
-/// What a timeline row keeps of a part: its state and times, not its
-/// content. Content is written once, in the part's own row (a call's input
-/// when it starts running, the output in its terminal state, which never
-/// changes again), so the timeline plus the final part replays the call.
-fn timeline_body(part: &Part) -> Result<String> {
-    let mut slim = part.clone();
-    match &mut slim.body {
-        PartBody::Text { text, .. } | PartBody::Reasoning { text, .. } => text.clear(),
-        PartBody::Tool { state, .. } => match state {
-            ToolState::Pending { raw, .. } => raw.clear(),
-            ToolState::Running { .. } => {}
-            ToolState::Completed {
-                input,
-                output,
-                metadata,
-                ..
-            } => {
-                *input = serde_json::Value::Null;
-                output.clear();
-                *metadata = serde_json::Value::Null;
-            }
-            ToolState::Error {
-                input, metadata, ..
-            } => {
-                *input = serde_json::Value::Null;
-                *metadata = None;
-            }
-        },
-        _ => {}
-    }
-    serde_json::to_string(&slim.body).map_err(|e| CoreError::Internal(e.to_string()))
-}
-
 fn decode<T: serde::de::DeserializeOwned>(text: &str, what: impl FnOnce() -> String) -> Result<T> {
     serde_json::from_str(text).map_err(|e| CoreError::Corrupt {
         what: what(),
         reason: e.to_string(),
     })
-}
-
-fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    let supported = schema::MIGRATIONS.len() as i64;
-    if version > supported {
-        return Err(CoreError::LedgerTooNew {
-            path: path.to_string(),
-            found: version,
-            supported,
-        });
-    }
-    // Before 0.1, schema 1 keyed messages by their id alone; such a file
-    // would fail on its first write, so it is refused with a way out.
-    let keyed_by_session: bool = conn.query_row(
-        "SELECT COUNT(*) = 0 OR SUM(name = 'session_id' AND pk = 1) = 1 FROM pragma_table_info('message')",
-        [],
-        |r| r.get(0),
-    )?;
-    if version >= 1 && !keyed_by_session {
-        return Err(CoreError::LedgerPreRelease {
-            path: path.to_string(),
-        });
-    }
-    for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
-        let tx = conn.transaction()?;
-        tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
-        tx.commit()?;
-    }
-    Ok(())
 }
 
 /// True for parts that carry content a model produced or a user typed.
@@ -1162,5 +914,125 @@ mod tests {
             Err(e) => panic!("unexpected {e}"),
             Ok(_) => panic!("opened a ledger it cannot write"),
         }
+    }
+
+    #[test]
+    fn a_ledger_of_schema_1_is_carried_over_and_reads_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(schema::MIGRATIONS[0]).unwrap();
+        c.execute_batch(
+            r#"
+            INSERT INTO session VALUES ('ses_1', 't', '/w', '[]', 1, 2);
+            INSERT INTO message VALUES ('ses_1', 'msg_1', 'user',
+                '{"role":"user","id":"msg_1","session_id":"ses_1","created":1,"agent":"build","model":{"provider":"scripted","model":"x"}}', 1, 1);
+            INSERT INTO part VALUES ('ses_1', 'msg_1', 'prt_1', 'tool', 'c1', 'completed',
+                '{"type":"tool","call_id":"c1","tool":"read","state":{"status":"completed","input":{"a":1},"output":"out","title":"","metadata":{},"time":{"start":3,"end":4}}}', 4);
+            INSERT INTO part_event VALUES ('ses_1', 1, 'msg_1', 'prt_1', 'tool', 'c1', 'running', 3,
+                '{"type":"tool","call_id":"c1","tool":"read","state":{"status":"running","input":{"a":1},"time":{"start":3}}}');
+            INSERT INTO audit VALUES ('ses_1', 1, 'msg_1', 'c1', 3, 'tool', 'plugin:read', 'abc', 'allowed', NULL, 12, 'ok');
+            PRAGMA user_version = 1;
+            "#,
+        )
+        .unwrap();
+        drop(c);
+        let l = Ledger::open(&path, Bus::new()).unwrap();
+        let s = SessionId("ses_1".into());
+        assert_eq!(l.session(&s).unwrap().title, "t");
+        let msgs = l.messages(&s).unwrap();
+        assert_eq!(msgs.len(), 1);
+        assert_eq!(msgs[0].info, user_message_with(&s, "msg_1", 1));
+        match msgs[0].parts[0].tool_state().unwrap() {
+            ToolState::Completed { input, output, .. } => {
+                assert_eq!(
+                    (input, output.as_str()),
+                    (&serde_json::json!({"a": 1}), "out")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        let events = l.part_events(&s).unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(
+            events[0].part.tool_state().unwrap(),
+            &ToolState::pending()
+                .start(serde_json::json!({"a": 1}), 3)
+                .unwrap()
+        );
+        let audit = l.audit_trail(&s).unwrap();
+        assert_eq!(audit.len(), 1);
+        assert_eq!(
+            (
+                audit[0].stage.as_str(),
+                audit[0].plugin_hash.as_deref(),
+                audit[0].duration_us,
+                audit[0].rule.as_deref()
+            ),
+            ("tool", Some("abc"), Some(12), None)
+        );
+        // And it takes new writes in the new form.
+        let info = user_message(&s);
+        l.put_message(&info).unwrap();
+        l.put_part(&text_part(&info, "hi".into()), PartWrite::Changed)
+            .unwrap();
+        assert_eq!(l.messages(&s).unwrap().len(), 2);
+    }
+
+    fn user_message_with(session: &SessionId, id: &str, created: i64) -> MessageInfo {
+        MessageInfo::User(UserInfo {
+            id: MessageId(id.into()),
+            session_id: session.clone(),
+            time: MessageTime::at(created),
+            agent: "build".into(),
+            model: ModelRef {
+                provider: "scripted".into(),
+                model: "x".into(),
+            },
+        })
+    }
+
+    #[test]
+    fn a_call_is_one_audit_row_and_reads_back_entry_by_entry() {
+        let l = ledger();
+        let s = l.create_session("/w", "t").unwrap();
+        let info = user_message(&s.id);
+        l.put_message(&info).unwrap();
+        let entry = |stage: &str, hash: Option<&str>, at: i64| AuditEntry {
+            seq: 0,
+            session_id: s.id.clone(),
+            message_id: Some(info.id().clone()),
+            call_id: Some("c1".into()),
+            at,
+            stage: stage.into(),
+            subject: "read".into(),
+            plugin_hash: hash.map(str::to_string),
+            decision: "allowed".into(),
+            rule: (stage == "permission").then(|| "read * allow".to_string()),
+            duration_us: hash.map(|_| 40),
+            outcome: Some("ok".into()),
+        };
+        let entries = vec![
+            entry("permission", None, 10),
+            entry("before", Some(&"a".repeat(64)), 10),
+            entry("tool", Some(&"b".repeat(64)), 11),
+            entry("after", Some(&"a".repeat(64)), 12),
+        ];
+        l.audit_all(&entries).unwrap();
+        let rows: i64 = l
+            .conn()
+            .query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 1);
+        let back = l.audit_trail(&s.id).unwrap();
+        let expected: Vec<AuditEntry> = entries
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut e)| {
+                e.seq = i as i64 + 1;
+                e
+            })
+            .collect();
+        assert_eq!(back, expected);
     }
 }

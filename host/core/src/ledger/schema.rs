@@ -3,6 +3,10 @@
 //! transaction, and a ledger from a newer warden is refused rather than
 //! misread.
 
+use rusqlite::Connection;
+
+use crate::error::{CoreError, Result};
+
 /// Migration `i` takes the schema from version `i` to `i + 1`.
 pub const MIGRATIONS: &[&str] = &[
     // 1: sessions, messages, parts, the part timeline, runner leases, the audit trail.
@@ -119,7 +123,119 @@ pub const MIGRATIONS: &[&str] = &[
             'completed', json_extract(info, '$.completed')))
     WHERE role = 'assistant' AND json_extract(info, '$.session_id') IS NOT NULL;
     "#,
-    // 3: the session's own phases besides tool states (model request, first
+    // 3: what a step costs on disk. Sessions and messages get integer keys
+    // that every other row refers to (a text id is 26 bytes, a key 1 to 3);
+    // a header's JSON leaves out its role and ids and a part's its type (all
+    // columns); the part kind is a small code. A tool call's timeline rows
+    // keep only what each state adds beyond the defaults; the audit trail
+    // keeps one row per tool call, its stages as compact entries, with the
+    // guests' content hashes written once in `guest`. Existing rows are
+    // carried over as they are, so ledgers written before stay readable.
+    r#"
+    CREATE TABLE session_v2 (
+        key         INTEGER PRIMARY KEY,
+        id          TEXT NOT NULL UNIQUE,
+        title       TEXT NOT NULL,
+        directory   TEXT NOT NULL,
+        permission  TEXT NOT NULL DEFAULT '[]',
+        created_at  INTEGER NOT NULL,
+        updated_at  INTEGER NOT NULL
+    );
+    INSERT INTO session_v2 (id, title, directory, permission, created_at, updated_at)
+        SELECT id, title, directory, permission, created_at, updated_at FROM session ORDER BY id;
+
+    CREATE TABLE message_v2 (
+        key         INTEGER PRIMARY KEY,
+        session     INTEGER NOT NULL REFERENCES session_v2(key) ON DELETE CASCADE,
+        id          TEXT NOT NULL,
+        role        TEXT NOT NULL,
+        info        TEXT NOT NULL,
+        created_at  INTEGER NOT NULL,
+        updated_at  INTEGER NOT NULL
+    );
+    INSERT INTO message_v2 (session, id, role, info, created_at, updated_at)
+        SELECT s.key, m.id, m.role, json_remove(m.info, '$.role', '$.id', '$.sessionID', '$.session_id'),
+               m.created_at, m.updated_at
+        FROM message m JOIN session_v2 s ON s.id = m.session_id ORDER BY m.session_id, m.id;
+    CREATE UNIQUE INDEX message_by_id ON message_v2 (session, id);
+
+    -- kind: 1 text, 2 reasoning, 3 tool, 4 step-start, 5 step-finish, 6 compaction.
+    CREATE TABLE part_v2 (
+        message     INTEGER NOT NULL REFERENCES message_v2(key) ON DELETE CASCADE,
+        id          TEXT NOT NULL,
+        kind        INTEGER NOT NULL,
+        body        TEXT NOT NULL,
+        PRIMARY KEY (message, id)
+    ) WITHOUT ROWID;
+    INSERT INTO part_v2 (message, id, kind, body)
+        SELECT mm.key, p.id,
+               CASE p.kind WHEN 'text' THEN 1 WHEN 'reasoning' THEN 2 WHEN 'tool' THEN 3
+                           WHEN 'step-start' THEN 4 WHEN 'step-finish' THEN 5 ELSE 6 END,
+               json_remove(p.body, '$.type')
+        FROM part p
+        JOIN session_v2 s ON s.id = p.session_id
+        JOIN message_v2 mm ON mm.session = s.key AND mm.id = p.message_id;
+
+    -- status: 0 pending, 1 running, 2 completed, 3 error. `adds`: the state's
+    -- fields beyond its status and their defaults (NULL when none).
+    CREATE TABLE part_event_v2 (
+        session     INTEGER NOT NULL,
+        seq         INTEGER NOT NULL,
+        message     INTEGER NOT NULL,
+        part        TEXT NOT NULL,
+        status      INTEGER NOT NULL,
+        at          INTEGER NOT NULL,
+        adds        TEXT,
+        PRIMARY KEY (session, seq)
+    ) WITHOUT ROWID;
+    INSERT INTO part_event_v2 (session, seq, message, part, status, at, adds)
+        SELECT s.key, e.seq, mm.key, e.part_id,
+               CASE e.status WHEN 'pending' THEN 0 WHEN 'running' THEN 1 WHEN 'completed' THEN 2 ELSE 3 END,
+               e.at, json_remove(json_extract(e.body, '$.state'), '$.status')
+        FROM part_event e
+        JOIN session_v2 s ON s.id = e.session_id
+        JOIN message_v2 mm ON mm.session = s.key AND mm.id = e.message_id;
+
+    CREATE TABLE guest (
+        key         INTEGER PRIMARY KEY,
+        hash        TEXT NOT NULL UNIQUE
+    );
+    INSERT INTO guest (hash)
+        SELECT DISTINCT plugin_hash FROM audit WHERE plugin_hash IS NOT NULL;
+
+    -- One row per tool call (or per decision outside one). `entries`: a JSON
+    -- array of [stage, subject, decision, rule, guest, duration_us, outcome,
+    -- ms after `at`], trailing nulls left out.
+    CREATE TABLE audit_v2 (
+        session     INTEGER NOT NULL,
+        seq         INTEGER NOT NULL,
+        message     INTEGER,
+        call_id     TEXT,
+        at          INTEGER NOT NULL,
+        entries     TEXT NOT NULL,
+        PRIMARY KEY (session, seq)
+    ) WITHOUT ROWID;
+    INSERT INTO audit_v2 (session, seq, message, call_id, at, entries)
+        SELECT s.key, a.seq,
+               (SELECT mm.key FROM message_v2 mm WHERE mm.session = s.key AND mm.id = a.message_id),
+               a.call_id, a.at,
+               json_array(json_array(a.stage, a.subject, a.decision, a.rule,
+                                     (SELECT g.key FROM guest g WHERE g.hash = a.plugin_hash),
+                                     a.duration_us, a.outcome))
+        FROM audit a JOIN session_v2 s ON s.id = a.session_id;
+
+    DROP TABLE audit;
+    DROP TABLE part_event;
+    DROP TABLE part;
+    DROP TABLE message;
+    DROP TABLE session;
+    ALTER TABLE session_v2 RENAME TO session;
+    ALTER TABLE message_v2 RENAME TO message;
+    ALTER TABLE part_v2 RENAME TO part;
+    ALTER TABLE part_event_v2 RENAME TO part_event;
+    ALTER TABLE audit_v2 RENAME TO audit;
+    "#,
+    // 4: the session's own phases besides tool states (model request, first
     // token, step finish, retry wait), so a trace shows where time went.
     r#"
     CREATE TABLE phase (
@@ -133,3 +249,39 @@ pub const MIGRATIONS: &[&str] = &[
     ) WITHOUT ROWID;
     "#,
 ];
+
+/// Bring the schema up to date (refusing a ledger it cannot write).
+pub fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let supported = MIGRATIONS.len() as i64;
+    if version > supported {
+        return Err(CoreError::LedgerTooNew {
+            path: path.to_string(),
+            found: version,
+            supported,
+        });
+    }
+    // Before 0.1, schema 1 keyed messages by their id alone; such a file
+    // would fail on its first write, so it is refused with a way out.
+    let keyed_by_session: bool = conn.query_row(
+        "SELECT COUNT(*) = 0 OR SUM(name = 'session_id' AND pk = 1) = 1 FROM pragma_table_info('message')",
+        [],
+        |r| r.get(0),
+    )?;
+    if version == 1 && !keyed_by_session {
+        return Err(CoreError::LedgerPreRelease {
+            path: path.to_string(),
+        });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+    }
+    if version < supported {
+        // A migration copies tables and drops the old ones: give their pages back.
+        conn.execute_batch("VACUUM")?;
+    }
+    Ok(())
+}

@@ -324,6 +324,7 @@ fn resolve(s: &Settings, model: &ModelRef, env: &EnvLookup) -> Result<ResolvedMo
                     MaxTokensField::MaxTokens
                 },
                 options,
+                encoded: Default::default(),
             })
         }
         Api::OpenaiResponses => Arc::new(ResponsesProvider { endpoint, options }),

@@ -6,8 +6,12 @@
 //! Reasoning is not sent back: OpenAI keeps none, and DeepSeek refuses
 //! `reasoning_content` in input messages.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
 use serde::Serialize;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use warden_protocol::llm::{AssistantContent, ChatMessage, UserContent};
 use warden_protocol::{LlmRequest, ToolSpec};
@@ -32,6 +36,49 @@ pub fn body<'a>(
         req,
         field,
         options,
+        encoded: None,
+    }
+}
+
+/// The wire form of each conversation message, kept with the shared message
+/// (by its `Arc`) for as long as the conversation holds it: a long session's
+/// request re-encodes only what its last step added, and copies the rest.
+/// One message's wire elements, as JSON text.
+type Elements = Arc<[Box<RawValue>]>;
+
+#[derive(Default)]
+pub struct Encoded {
+    /// By the message's address; the `Weak` keeps the address from being
+    /// reused while the entry exists, and says whether it is still shown.
+    by_message: Mutex<HashMap<usize, (Weak<ChatMessage>, Elements)>>,
+}
+
+impl Encoded {
+    /// The wire elements of each message of `req`, in order, encoding only
+    /// those not seen before; entries of messages no longer sent are dropped.
+    fn of(&self, req: &LlmRequest) -> serde_json::Result<Vec<Elements>> {
+        let mut known = self.by_message.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = HashMap::with_capacity(req.messages.len());
+        let mut out = Vec::with_capacity(req.messages.len());
+        for m in &req.messages {
+            let key = Arc::as_ptr(m) as usize;
+            let wire = match known.remove(&key) {
+                Some((weak, wire)) if weak.upgrade().is_some_and(|w| Arc::ptr_eq(&w, m)) => wire,
+                _ => Arc::from(encode(m)?),
+            };
+            out.push(wire.clone());
+            next.insert(key, (Arc::downgrade(m), wire));
+        }
+        *known = next;
+        Ok(out)
+    }
+}
+
+impl<'a> Body<'a> {
+    /// Take each message's wire form from `encoded`, and keep new ones there.
+    pub fn with_encoded(mut self, encoded: &'a Encoded) -> Body<'a> {
+        self.encoded = Some(encoded);
+        self
     }
 }
 
@@ -40,6 +87,7 @@ pub struct Body<'a> {
     req: &'a LlmRequest,
     field: MaxTokensField,
     options: Option<&'a Map<String, Value>>,
+    encoded: Option<&'a Encoded>,
 }
 
 impl Serialize for Body<'_> {
@@ -52,7 +100,7 @@ impl Serialize for Body<'_> {
             map.serialize_entry("model", &self.req.model)?;
         }
         if !given("messages") {
-            map.serialize_entry("messages", &Messages(self.req))?;
+            map.serialize_entry("messages", &Messages(self.req, self.encoded))?;
         }
         if !given("stream") {
             map.serialize_entry("stream", &true)?;
@@ -81,10 +129,11 @@ impl Serialize for Body<'_> {
 }
 
 /// The system prompt, then the conversation.
-struct Messages<'a>(&'a LlmRequest);
+struct Messages<'a>(&'a LlmRequest, Option<&'a Encoded>);
 
 impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error as _;
         let req = self.0;
         let mut seq = s.serialize_seq(None)?;
         let system = req.system_parts();
@@ -93,59 +142,80 @@ impl Serialize for Messages<'_> {
                 content: Joined(&system),
             })?;
         }
-        for m in &req.messages {
-            match &**m {
-                ChatMessage::User { content } => {
-                    let text: Vec<&str> = content
-                        .iter()
-                        .map(|UserContent::Text { text }| text.as_str())
-                        .collect();
-                    seq.serialize_element(&Wire::User {
-                        content: Joined(&text),
-                    })?;
-                }
-                ChatMessage::Assistant { content } => {
-                    let mut text = Vec::new();
-                    let mut tool_calls = Vec::new();
-                    for c in content {
-                        match c {
-                            AssistantContent::Text { text: t } => text.push(t.as_str()),
-                            AssistantContent::Reasoning { .. } => {}
-                            AssistantContent::ToolCall {
-                                call_id,
-                                name,
-                                input,
-                            } => tool_calls.push(Call {
-                                id: call_id,
-                                kind: "function",
-                                function: Function {
-                                    name,
-                                    arguments: Arguments(input),
-                                },
-                            }),
-                        }
+        match self.1 {
+            Some(encoded) => {
+                for wire in encoded.of(req).map_err(S::Error::custom)? {
+                    for element in wire.iter() {
+                        seq.serialize_element(element)?;
                     }
-                    let text_empty = text.iter().all(|t| t.is_empty());
-                    if text_empty && tool_calls.is_empty() {
-                        continue;
-                    }
-                    seq.serialize_element(&Wire::Assistant {
-                        content: (!text_empty).then_some(Concatenated(&text)),
-                        tool_calls,
-                    })?;
                 }
-                ChatMessage::Tool { content } => {
-                    for r in content {
-                        seq.serialize_element(&Wire::Tool {
-                            tool_call_id: &r.call_id,
-                            content: &r.output,
-                        })?;
+            }
+            None => {
+                for m in &req.messages {
+                    for element in encode(m).map_err(S::Error::custom)? {
+                        seq.serialize_element(&element)?;
                     }
                 }
             }
         }
         seq.end()
     }
+}
+
+/// One conversation message as the wire elements it becomes: none (an
+/// assistant message with nothing to send), one, or one per tool result.
+fn encode(m: &ChatMessage) -> serde_json::Result<Vec<Box<RawValue>>> {
+    let raw = serde_json::value::to_raw_value;
+    let mut out = Vec::new();
+    match m {
+        ChatMessage::User { content } => {
+            let text: Vec<&str> = content
+                .iter()
+                .map(|UserContent::Text { text }| text.as_str())
+                .collect();
+            out.push(raw(&Wire::User {
+                content: Joined(&text),
+            })?);
+        }
+        ChatMessage::Assistant { content } => {
+            let mut text = Vec::new();
+            let mut tool_calls = Vec::new();
+            for c in content {
+                match c {
+                    AssistantContent::Text { text: t } => text.push(t.as_str()),
+                    AssistantContent::Reasoning { .. } => {}
+                    AssistantContent::ToolCall {
+                        call_id,
+                        name,
+                        input,
+                    } => tool_calls.push(Call {
+                        id: call_id,
+                        kind: "function",
+                        function: Function {
+                            name,
+                            arguments: Arguments(input),
+                        },
+                    }),
+                }
+            }
+            let text_empty = text.iter().all(|t| t.is_empty());
+            if !(text_empty && tool_calls.is_empty()) {
+                out.push(raw(&Wire::Assistant {
+                    content: (!text_empty).then_some(Concatenated(&text)),
+                    tool_calls,
+                })?);
+            }
+        }
+        ChatMessage::Tool { content } => {
+            for r in content {
+                out.push(raw(&Wire::Tool {
+                    tool_call_id: &r.call_id,
+                    content: &r.output,
+                })?);
+            }
+        }
+    }
+    Ok(out)
 }
 
 #[derive(Serialize)]
@@ -402,5 +472,40 @@ mod tests {
                 {"role": "assistant", "content": "xy"},
             ])
         );
+    }
+
+    #[test]
+    fn kept_encodings_give_the_same_bytes_and_follow_the_conversation() {
+        let encoded = Encoded::default();
+        let mut req = request();
+        let plain =
+            |r: &LlmRequest| serde_json::to_vec(&body(r, MaxTokensField::MaxTokens, None)).unwrap();
+        let kept = |r: &LlmRequest| {
+            serde_json::to_vec(&body(r, MaxTokensField::MaxTokens, None).with_encoded(&encoded))
+                .unwrap()
+        };
+        assert_eq!(kept(&req), plain(&req));
+        assert_eq!(encoded.by_message.lock().unwrap().len(), 3);
+        // The next step shares the first three messages and adds one.
+        req.messages.push(std::sync::Arc::new(ChatMessage::User {
+            content: vec![UserContent::Text {
+                text: "next".into(),
+            }],
+        }));
+        let before = encoded.by_message.lock().unwrap()[&(Arc::as_ptr(&req.messages[0]) as usize)]
+            .1
+            .clone();
+        assert_eq!(kept(&req), plain(&req));
+        let after = encoded.by_message.lock().unwrap()[&(Arc::as_ptr(&req.messages[0]) as usize)]
+            .1
+            .clone();
+        assert!(
+            Arc::ptr_eq(&before, &after),
+            "a shared message is encoded once"
+        );
+        // A message no longer sent is forgotten.
+        req.messages.remove(0);
+        assert_eq!(kept(&req), plain(&req));
+        assert_eq!(encoded.by_message.lock().unwrap().len(), 3);
     }
 }

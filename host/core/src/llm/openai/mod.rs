@@ -23,12 +23,15 @@ pub struct ChatProvider {
     pub max_tokens_field: MaxTokensField,
     /// The model's configured request options.
     pub options: Option<Map<String, Value>>,
+    /// The conversation's messages as already encoded.
+    pub encoded: chat::Encoded,
 }
 
 #[async_trait::async_trait]
 impl Provider for ChatProvider {
     async fn stream(&self, request: LlmRequest) -> Result<EventStream, ProviderError> {
-        let body = chat::body(&request, self.max_tokens_field, self.options.as_ref());
+        let body = chat::body(&request, self.max_tokens_field, self.options.as_ref())
+            .with_encoded(&self.encoded);
         let response = self.endpoint.post("chat/completions", &body).await?;
         let provider = &self.endpoint.settings.provider;
         Ok(drive(

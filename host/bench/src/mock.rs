@@ -1,7 +1,8 @@
 //! A loopback server speaking OpenAI Chat Completions, answering at once:
 //! a tool call while the conversation has fewer than `steps` tool results,
-//! then a text. Minimal HTTP/1.1 on tokio, for measuring, not for testing
-//! protocol corners (the test suite has its own).
+//! then a text (or one fixed stream, for the ingest part). Minimal HTTP/1.1
+//! on tokio, for measuring, not for testing protocol corners (the test suite
+//! has its own).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,16 +16,36 @@ pub struct Mock {
     /// When the first request arrived (ns after `epoch`), 0 if none yet.
     pub first_request_ns: Arc<AtomicU64>,
     pub requests: Arc<AtomicU64>,
+    /// Request body bytes received.
+    pub bytes: Arc<AtomicU64>,
+}
+
+/// What the server answers.
+#[derive(Clone)]
+pub enum Reply {
+    /// `steps` tool calls of `tool` with `args` (`{n}` numbered), then "done".
+    ToolSteps {
+        steps: usize,
+        tool: &'static str,
+        args: &'static str,
+    },
+    /// The same event stream to every request.
+    Fixed(Arc<str>),
 }
 
 pub async fn start(steps: usize, tool: &'static str, args: &'static str, epoch: Instant) -> Mock {
+    serve(Reply::ToolSteps { steps, tool, args }, epoch).await
+}
+
+pub async fn serve(reply: Reply, epoch: Instant) -> Mock {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("loopback bind");
     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
     let first = Arc::new(AtomicU64::new(0));
     let count = Arc::new(AtomicU64::new(0));
-    let (f, c) = (first.clone(), count.clone());
+    let bytes = Arc::new(AtomicU64::new(0));
+    let (f, c, b) = (first.clone(), count.clone(), bytes.clone());
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
@@ -33,7 +54,7 @@ pub async fn start(steps: usize, tool: &'static str, args: &'static str, epoch: 
             // Without this, a response written in two pieces waits for the
             // client's delayed ACK (Nagle): 40 ms that are the mock's, not warden's.
             let _ = stream.set_nodelay(true);
-            let (f, c) = (f.clone(), c.clone());
+            let (f, c, b, reply) = (f.clone(), c.clone(), b.clone(), reply.clone());
             tokio::spawn(async move {
                 let (read, mut write) = stream.into_split();
                 let mut reader = BufReader::new(read);
@@ -68,6 +89,20 @@ pub async fn start(steps: usize, tool: &'static str, args: &'static str, epoch: 
                     if reader.read_exact(&mut body).await.is_err() {
                         return;
                     }
+                    b.fetch_add(length as u64, Ordering::Relaxed);
+                    let (steps, tool, args) = match &reply {
+                        Reply::ToolSteps { steps, tool, args } => (*steps, *tool, *args),
+                        Reply::Fixed(sse) => {
+                            let response = format!(
+                                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{sse}",
+                                sse.len()
+                            );
+                            if write.write_all(response.as_bytes()).await.is_err() {
+                                return;
+                            }
+                            continue;
+                        }
+                    };
                     let results = String::from_utf8_lossy(&body)
                         .matches("\"role\":\"tool\"")
                         .count();
@@ -98,5 +133,6 @@ pub async fn start(steps: usize, tool: &'static str, args: &'static str, epoch: 
         port,
         first_request_ns: first,
         requests: count,
+        bytes,
     }
 }

@@ -27,25 +27,15 @@ pub fn summarize(samples: &[Duration]) -> Summary {
     }
 }
 
-/// A field of `/proc/<pid>/status` in KiB (`VmRSS`, `VmHWM`).
-pub fn proc_kib(pid: &str, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with(field))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+/// The median of plain numbers.
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// This process's resident memory now, in KiB.
-pub fn rss_kib() -> u64 {
-    proc_kib("self", "VmRSS:").unwrap_or(0)
-}
-
-/// A `Field: N kB` line of a /proc file, in KiB.
-pub fn proc_kib_file(path: &str, field: &str) -> Option<u64> {
+/// A `Field: N kB` line of a /proc file, in KiB (`VmHWM` of
+/// `/proc/<pid>/status`, `MemTotal` of `/proc/meminfo`).
+pub fn proc_kib(path: &str, field: &str) -> Option<u64> {
     let text = std::fs::read_to_string(path).ok()?;
     text.lines()
         .find(|l| l.starts_with(field))?
@@ -53,4 +43,16 @@ pub fn proc_kib_file(path: &str, field: &str) -> Option<u64> {
         .nth(1)?
         .parse()
         .ok()
+}
+
+pub fn fmt_us(us: f64) -> String {
+    if us >= 1000.0 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{us:.1} µs")
+    }
+}
+
+pub fn summary_value(s: &Summary) -> String {
+    format!("median {} · p99 {}", fmt_us(s.median_us), fmt_us(s.p99_us))
 }

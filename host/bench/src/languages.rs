@@ -2,10 +2,11 @@
 //! Rust, Python and JavaScript, built with `warden plugin build`'s pinned
 //! toolchains, then measured the way the host runs it: component size,
 //! first compile, loading the compiled cache, and a call in a fresh
-//! instance (the same 1 KiB-file count in each language). Self-contained,
-//! so it can move with the rest of the bench.
+//! instance (the same 1 KiB-file count in each language). The projects are
+//! made and built by the `warden` binary (`plugin new`, `plugin build`), as
+//! an author would, with the toolchains cached in the default data dir.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,10 +18,9 @@ use warden_protocol::{MessageId, SessionId};
 use warden_runtime::WasmHost;
 use warden_runtime::engine::{Sandbox, sha256_hex};
 
-use super::parts::Row;
-use super::stats::summarize;
-use super::timed;
-use crate::author::{self, Kind, Lang};
+use crate::common::timed;
+use crate::stats::summarize;
+use crate::table::Row;
 
 struct Quiet;
 
@@ -45,11 +45,42 @@ fn row(measure: String, value: String, data: Value) -> Row {
     }
 }
 
+/// `warden plugin new NAME --lang LANG --dir DIR`, then `warden plugin
+/// build DIR`; the component's path, as the build reports it.
+fn make_tool(warden: &Path, name: &str, lang: &str, dir: &Path) -> Result<PathBuf> {
+    let run = |args: &[&std::ffi::OsStr]| -> Result<String> {
+        let out = std::process::Command::new(warden)
+            .args(args)
+            .env_remove("WARDEN_CONFIG")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .with_context(|| format!("cannot run {}", warden.display()))?;
+        anyhow::ensure!(
+            out.status.success(),
+            "warden {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    run(&[
+        "plugin".as_ref(),
+        "new".as_ref(),
+        name.as_ref(),
+        "--lang".as_ref(),
+        lang.as_ref(),
+        "--dir".as_ref(),
+        dir.as_os_str(),
+    ])?;
+    let built = run(&["plugin".as_ref(), "build".as_ref(), dir.as_os_str()])?;
+    built
+        .lines()
+        .find_map(|l| l.strip_prefix("built "))
+        .map(PathBuf::from)
+        .with_context(|| format!("`warden plugin build` did not say what it built: {built}"))
+}
+
 /// Build the template tool in each language and measure it over `n` calls.
-pub async fn languages(work: &Path, n: usize) -> Result<Vec<Row>> {
-    let data_dir = dirs::data_dir()
-        .map(|d| d.join("warden"))
-        .context("no data directory on this platform")?;
+pub async fn languages(work: &Path, warden: &Path, n: usize) -> Result<Vec<Row>> {
     let project_dir = work.join("langs-project");
     std::fs::create_dir_all(&project_dir)?;
     std::fs::write(
@@ -58,15 +89,10 @@ pub async fn languages(work: &Path, n: usize) -> Result<Vec<Row>> {
     )?;
     let mut rows = Vec::new();
     let mut rust_median = None;
-    for (lang, label) in [
-        (Lang::Rust, "Rust"),
-        (Lang::Python, "Python"),
-        (Lang::Js, "JavaScript"),
-    ] {
+    for (lang, label) in [("rust", "Rust"), ("python", "Python"), ("js", "JavaScript")] {
         let name = format!("bench-{}", label.to_lowercase());
         let dir = work.join(&name);
-        author::create(&dir, &name, lang, Kind::Tool)?;
-        let wasm = author::build_dir(&dir, &data_dir)?;
+        let wasm = make_tool(warden, &name, lang, &dir)?;
         let bytes = std::fs::read(&wasm)?;
 
         // First compile, as `plugin add` pays it once.
@@ -109,7 +135,7 @@ pub async fn languages(work: &Path, n: usize) -> Result<Vec<Row>> {
         }
         let s = summarize(&samples);
         let against = rust_median.map(|r: f64| s.median_us / r);
-        if lang == Lang::Rust {
+        if lang == "rust" {
             rust_median = Some(s.median_us);
         }
         let mut call = row(

@@ -1,0 +1,403 @@
+//! The bare floors, which are not warden's code: a rusqlite transaction with
+//! the ledger's PRAGMAs, and a wasmtime instantiate-and-call of the trivial
+//! fixture components with an empty WASI context on an engine with warden's
+//! settings (pooling allocator, epoch deadline). Next to them, warden's own
+//! `Ledger::put_part` and `WasmHost` calls for the same work, as component
+//! rows: what warden adds on top of each floor.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use rusqlite::{Connection, params};
+use serde_json::json;
+use warden_core::Bus;
+use warden_core::ledger::{Ledger, PartWrite, id};
+use warden_core::tool::{CallContext, CallObserver, ToolHost, ToolOutput};
+use warden_protocol::{
+    MessageId, MessageInfo, MessageTime, ModelRef, Part, PartBody, SessionId, UserInfo,
+};
+use warden_runtime::engine::Sandbox;
+use wasmtime::Store;
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::common::{self, component, payload, timed};
+use crate::stats::{Summary, fmt_us, summarize, summary_value};
+use crate::table::{Row, row};
+
+mod bindings {
+    pub mod tool {
+        wasmtime::component::bindgen!({
+            world: "tool-plugin",
+            path: "../../wit",
+            exports: { default: async },
+        });
+    }
+    pub mod hook {
+        wasmtime::component::bindgen!({
+            world: "hook-plugin",
+            path: "../../wit",
+            exports: { default: async },
+            with: {
+                "warden:plugin/host": super::tool::warden::plugin::host,
+                "warden:plugin/types": super::tool::warden::plugin::types,
+            },
+        });
+    }
+}
+use bindings::tool::warden::plugin::{host as wit_host, types as wit};
+
+/// What the bare guest call's store holds: an empty WASI context.
+struct Bare {
+    wasi: WasiCtx,
+    table: ResourceTable,
+}
+
+impl WasiView for Bare {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl wit::Host for Bare {}
+
+// The trivial guests never call these; they exist so the component links.
+impl wit_host::Host for Bare {
+    fn log(&mut self, _: wit_host::LogLevel, _: String) {}
+    fn progress(&mut self, _: Option<String>, _: String) {}
+    fn ask(&mut self, _: String, _: Vec<String>, _: String) -> Result<(), String> {
+        Err("nobody to ask".into())
+    }
+}
+
+fn bare_store(engine: &wasmtime::Engine) -> Store<Bare> {
+    let mut store = Store::new(
+        engine,
+        Bare {
+            wasi: WasiCtx::builder().build(),
+            table: ResourceTable::new(),
+        },
+    );
+    // The engine counts epochs (as warden's does): a deadline far away.
+    store.set_epoch_deadline(1_000_000);
+    store
+}
+
+/// The floors, and warden's component rows beside them.
+pub struct Floors {
+    /// Bare rusqlite: BEGIN; INSERT 1 KiB; COMMIT.
+    pub txn: Summary,
+    /// Bare wasmtime: fresh store, instantiate, call `execute("echo", 1 KiB)`.
+    pub tool: Summary,
+    pub before: Summary,
+    pub after: Summary,
+    /// warden's own, for the same work.
+    put_part: Summary,
+    host_tool: Summary,
+    host_before: Summary,
+    host_after: Summary,
+}
+
+impl Floors {
+    pub fn rows(&self) -> Vec<Row> {
+        let vs = |floor: &Summary, what: &str| format!("floor: {what} {}", fmt_us(floor.median_us));
+        vec![
+            row(
+                "floor",
+                "bare rusqlite: BEGIN; INSERT one 1 KiB row; COMMIT (WAL, synchronous=NORMAL, foreign_keys=ON, prepared statement)",
+                summary_value(&self.txn),
+            )
+            .data(json!(self.txn)),
+            row(
+                "floor",
+                "bare wasmtime: new store (empty WASI context) + instantiate + call the fixture `echo` tool, 1 KiB in and out (pooling, warden's engine settings)",
+                summary_value(&self.tool),
+            )
+            .data(json!(self.tool)),
+            row(
+                "floor",
+                "bare wasmtime: the same for the fixture hook's `before` / `after`",
+                format!(
+                    "median {} / {}",
+                    fmt_us(self.before.median_us),
+                    fmt_us(self.after.median_us)
+                ),
+            )
+            .data(json!({"before": self.before, "after": self.after})),
+            row(
+                "component",
+                "warden `Ledger::put_part`: one new 1 KiB text part (upsert, serde, bus event)",
+                summary_value(&self.put_part),
+            )
+            .against(vs(&self.txn, "bare transaction"), self.put_part.median_us / self.txn.median_us, None)
+            .data(json!(self.put_part)),
+            row(
+                "component",
+                "warden `WasmHost::execute`: the `echo` tool, 1 KiB (plugin lookup, grants, preopened dir, limits)",
+                summary_value(&self.host_tool),
+            )
+            .against(vs(&self.tool, "bare call"), self.host_tool.median_us / self.tool.median_us, None)
+            .data(json!(self.host_tool)),
+            row(
+                "component",
+                "warden `WasmHost::before` / `after`: the fixture hook",
+                format!(
+                    "median {} / {}",
+                    fmt_us(self.host_before.median_us),
+                    fmt_us(self.host_after.median_us)
+                ),
+            )
+            .against(
+                format!(
+                    "floor: bare calls {} / {}",
+                    fmt_us(self.before.median_us),
+                    fmt_us(self.after.median_us)
+                ),
+                (self.host_before.median_us + self.host_after.median_us)
+                    / (self.before.median_us + self.after.median_us),
+                None,
+            )
+            .data(json!({"before": self.host_before, "after": self.host_after})),
+        ]
+    }
+}
+
+/// Measure the floors and the component rows, `n` samples each.
+pub async fn measure(work: &Path, n: usize) -> Result<Floors> {
+    let warm = n / 10 + 20;
+    let txn = bare_transactions(&work.join("floor.db"), n, warm)?;
+    let (tool, before, after) = bare_guest_calls(n, warm).await?;
+
+    // warden's own calls for the same work.
+    let project = work.join("floor");
+    std::fs::create_dir_all(&project)?;
+    let host = common::host(work, &common::guest_config(true)?).await?;
+    let echo = host
+        .tools()
+        .into_iter()
+        .find(|t| t.id == "echo")
+        .context("the fixture plugin has no echo tool")?;
+    let hook = host
+        .hooks()
+        .into_iter()
+        .next()
+        .context("the hook fixture")?;
+    let session = SessionId(id::ascending("ses"));
+    let c = CallContext {
+        session_id: session.clone(),
+        message_id: MessageId(id::ascending("msg")),
+        call_id: "c".into(),
+        agent: "build".into(),
+        directory: project.display().to_string(),
+    };
+    let args = payload(1024, 0).to_string();
+    let out = ToolOutput {
+        output: args.clone(),
+        title: String::new(),
+        metadata: json!({}),
+    };
+    let observer: Arc<dyn CallObserver> = Arc::new(Quiet);
+    let (mut host_tool, mut host_before, mut host_after) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..n + warm {
+        let (r, t) = timed(host.execute(&echo, &c, &args, observer.clone())).await;
+        r.map_err(|e| anyhow::anyhow!("echo failed: {e}"))?;
+        let (_, b) = timed(host.before(&hook, &c, "echo", &args, observer.clone())).await;
+        let (_, a) = timed(host.after(&hook, &c, "echo", &args, &out, observer.clone())).await;
+        if i >= warm {
+            host_tool.push(t);
+            host_before.push(b);
+            host_after.push(a);
+        }
+    }
+
+    let bus = Bus::new();
+    common::drain_bus(&bus);
+    let ledger = Ledger::open(&work.join("floor-ledger.db"), bus)?;
+    let s = ledger.create_session(&project.display().to_string(), "floor")?;
+    let user = MessageInfo::User(UserInfo {
+        id: MessageId(id::ascending("msg")),
+        session_id: s.id.clone(),
+        time: MessageTime::at(0),
+        agent: "build".into(),
+        model: ModelRef {
+            provider: "scripted".into(),
+            model: "-".into(),
+        },
+    });
+    ledger.put_message(&user)?;
+    let mut part = Part {
+        id: id::ascending("prt").into(),
+        session_id: s.id.clone(),
+        message_id: user.id().clone(),
+        body: PartBody::Text {
+            text: "x".repeat(1024),
+            synthetic: false,
+            time: None,
+            ignored: false,
+        },
+    };
+    let mut put_part = Vec::new();
+    for i in 0..n + warm {
+        part.id = id::ascending("prt").into();
+        let t = Instant::now();
+        ledger.put_part(&part, PartWrite::Changed)?;
+        if i >= warm {
+            put_part.push(t.elapsed());
+        }
+    }
+
+    Ok(Floors {
+        txn: summarize(&txn),
+        tool: summarize(&tool),
+        before: summarize(&before),
+        after: summarize(&after),
+        put_part: summarize(&put_part),
+        host_tool: summarize(&host_tool),
+        host_before: summarize(&host_before),
+        host_after: summarize(&host_after),
+    })
+}
+
+/// `BEGIN; INSERT 1 KiB; COMMIT`, `n` times after `warm`, on a file with the
+/// ledger's settings.
+fn bare_transactions(path: &Path, n: usize, warm: usize) -> Result<Vec<Duration>> {
+    let mut conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(10))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "wal_autocheckpoint", 10_000)?;
+    conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")?;
+    let body = "x".repeat(1024);
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n + warm {
+        let t = Instant::now();
+        let tx = conn.transaction()?;
+        tx.prepare_cached("INSERT INTO t (body) VALUES (?1)")?
+            .execute(params![body])?;
+        tx.commit()?;
+        if i >= warm {
+            out.push(t.elapsed());
+        }
+    }
+    Ok(out)
+}
+
+type Samples = Vec<Duration>;
+
+/// A fresh store and instance per call, as warden makes them, without
+/// anything warden adds.
+async fn bare_guest_calls(n: usize, warm: usize) -> Result<(Samples, Samples, Samples)> {
+    // warden's engine settings: the same constructor warden's host uses.
+    let sandbox = Sandbox::new(64, None)?;
+    let engine = &sandbox.engine;
+    let load = |file: &str| {
+        Component::from_file(engine, component(file))
+            .map_err(|e| anyhow::anyhow!("cannot compile {file}: {e:#}"))
+    };
+    let fixtures = load("warden_fixtures.wasm")?;
+    let hooks = load("warden_fixture_hooks.wasm")?;
+
+    let mut linker = Linker::<Bare>::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    bindings::tool::ToolPlugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let tool_pre = bindings::tool::ToolPluginPre::new(
+        linker
+            .instantiate_pre(&fixtures)
+            .map_err(|e| anyhow::anyhow!("{e:#}"))?,
+    )
+    .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let hook_pre = bindings::hook::HookPluginPre::new(
+        linker
+            .instantiate_pre(&hooks)
+            .map_err(|e| anyhow::anyhow!("{e:#}"))?,
+    )
+    .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+
+    let ctx = wit::CallContext {
+        session_id: "ses".into(),
+        message_id: "msg".into(),
+        call_id: "c".into(),
+        agent: "build".into(),
+        directory: "/".into(),
+    };
+    let args = payload(1024, 0).to_string();
+    let output = wit::ToolOutput {
+        output: args.clone(),
+        title: String::new(),
+        metadata: "{}".into(),
+    };
+    let (mut tool, mut before, mut after) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..n + warm {
+        let t0 = Instant::now();
+        let mut store = bare_store(engine);
+        let instance = tool_pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        let r = instance
+            .warden_plugin_tool()
+            .call_execute(&mut store, &ctx, "echo", &args)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        anyhow::ensure!(r.is_ok(), "the bare echo call failed: {r:?}");
+        drop(store);
+        let t = t0.elapsed();
+
+        let t0 = Instant::now();
+        let mut store = bare_store(engine);
+        let instance = hook_pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        instance
+            .warden_plugin_hooks()
+            .call_before(&mut store, &ctx, "echo", &args)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        drop(store);
+        let b = t0.elapsed();
+
+        let t0 = Instant::now();
+        let mut store = bare_store(engine);
+        let instance = hook_pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        instance
+            .warden_plugin_hooks()
+            .call_after(&mut store, &ctx, "echo", &args, &output)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        drop(store);
+        let a = t0.elapsed();
+        if i >= warm {
+            tool.push(t);
+            before.push(b);
+            after.push(a);
+        }
+    }
+    Ok((tool, before, after))
+}
+
+/// An observer nobody answers (the trivial guests never ask).
+pub struct Quiet;
+
+#[async_trait::async_trait]
+impl CallObserver for Quiet {
+    fn progress(&self, _: Option<String>, _: serde_json::Value) {}
+    async fn ask(
+        &self,
+        _: String,
+        _: Vec<String>,
+        _: serde_json::Value,
+    ) -> std::result::Result<(), String> {
+        Err("nobody".into())
+    }
+}

@@ -1,0 +1,183 @@
+//! The audit trail: every decision and guest call at the host boundary. A
+//! tool call's entries (permission, hooks, tool) are one row; each entry is
+//! a compact JSON array, and a guest's content hash is written once, in
+//! `guest`, and referred to by its key.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use warden_protocol::{MessageId, Millis, SessionId};
+
+use crate::error::{CoreError, Result};
+
+/// One decision or guest call at the host boundary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Its place in the session's trail (numbered when read).
+    #[serde(default)]
+    pub seq: i64,
+    pub session_id: SessionId,
+    pub message_id: Option<MessageId>,
+    pub call_id: Option<String>,
+    pub at: Millis,
+    /// `permission`, `before`, `tool`, `after`, `ask`; `stdout` / `stderr`
+    /// for what a guest printed during the call.
+    pub stage: String,
+    /// What was called or checked: `read` (tool), `plugin:name` (guest), ...
+    pub subject: String,
+    /// The guest's content hash, for guest calls.
+    pub plugin_hash: Option<String>,
+    /// `allowed`, `denied`, `asked:once`, `asked:reject`, ...
+    pub decision: String,
+    /// The rule that decided, as `permission pattern action`.
+    pub rule: Option<String>,
+    pub duration_us: Option<i64>,
+    /// `ok`, or what went wrong.
+    pub outcome: Option<String>,
+}
+
+const INSERT: &str = "\
+    INSERT INTO audit (session, seq, message, call_id, at, entries)
+    SELECT s.key,
+           (SELECT COALESCE(MAX(seq), 0) + 1 FROM audit WHERE session = s.key),
+           (SELECT m.key FROM message m WHERE m.session = s.key AND m.id = ?2),
+           ?3, ?4, ?5
+    FROM session s WHERE s.id = ?1";
+
+/// The keys of guest hashes already in `guest`, so a call's row costs no lookup.
+#[derive(Default)]
+pub struct GuestKeys(Mutex<HashMap<String, i64>>);
+
+impl GuestKeys {
+    fn key(&self, conn: &Connection, hash: &str) -> Result<i64> {
+        if let Some(k) = self.0.lock().unwrap_or_else(|p| p.into_inner()).get(hash) {
+            return Ok(*k);
+        }
+        conn.prepare_cached("INSERT OR IGNORE INTO guest (hash) VALUES (?1)")?
+            .execute(params![hash])?;
+        let key: i64 = conn
+            .prepare_cached("SELECT key FROM guest WHERE hash = ?1")?
+            .query_row(params![hash], |r| r.get(0))?;
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(hash.to_string(), key);
+        Ok(key)
+    }
+}
+
+/// Write `entries` as one row per run of entries of the same call.
+pub fn insert(conn: &Connection, keys: &GuestKeys, entries: &[AuditEntry]) -> Result<()> {
+    let same_call = |a: &AuditEntry, b: &AuditEntry| {
+        a.session_id == b.session_id && a.message_id == b.message_id && a.call_id == b.call_id
+    };
+    let mut start = 0;
+    while start < entries.len() {
+        let mut end = start + 1;
+        while end < entries.len() && same_call(&entries[start], &entries[end]) {
+            end += 1;
+        }
+        let group = &entries[start..end];
+        let first = &group[0];
+        let mut encoded = Vec::with_capacity(group.len());
+        for e in group {
+            let guest = match &e.plugin_hash {
+                Some(h) => Value::from(keys.key(conn, h)?),
+                None => Value::Null,
+            };
+            let mut fields = vec![
+                Value::from(e.stage.as_str()),
+                Value::from(e.subject.as_str()),
+                Value::from(e.decision.as_str()),
+                e.rule.as_deref().map_or(Value::Null, Value::from),
+                guest,
+                e.duration_us.map_or(Value::Null, Value::from),
+                e.outcome.as_deref().map_or(Value::Null, Value::from),
+                match e.at - first.at {
+                    0 => Value::Null,
+                    d => Value::from(d),
+                },
+            ];
+            while fields.last().is_some_and(Value::is_null) {
+                fields.pop();
+            }
+            encoded.push(Value::Array(fields));
+        }
+        conn.prepare_cached(INSERT)?.execute(params![
+            first.session_id.as_str(),
+            first.message_id.as_ref().map(|m| m.as_str()),
+            first.call_id,
+            first.at,
+            Value::Array(encoded).to_string(),
+        ])?;
+        start = end;
+    }
+    Ok(())
+}
+
+/// The session's trail, entry by entry, in order.
+pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<AuditEntry>> {
+    let mut stmt = conn.prepare(
+        "SELECT a.seq, m.id, a.call_id, a.at, a.entries
+         FROM audit a JOIN session s ON s.key = a.session
+         LEFT JOIN message m ON m.key = a.message
+         WHERE s.id = ?1 ORDER BY a.seq",
+    )?;
+    let rows = stmt.query_map(params![session.as_str()], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, Option<String>>(1)?,
+            r.get::<_, Option<String>>(2)?,
+            r.get::<_, i64>(3)?,
+            r.get::<_, String>(4)?,
+        ))
+    })?;
+    let mut hashes: HashMap<i64, Option<String>> = HashMap::new();
+    let mut out = Vec::new();
+    for row in rows {
+        let (seq, message_id, call_id, at, entries) = row?;
+        let corrupt = |reason: String| CoreError::Corrupt {
+            what: format!("audit row {seq}"),
+            reason,
+        };
+        let entries: Vec<Vec<Value>> =
+            serde_json::from_str(&entries).map_err(|e| corrupt(e.to_string()))?;
+        for e in entries {
+            let text = |i: usize| e.get(i).and_then(Value::as_str).map(str::to_string);
+            let int = |i: usize| e.get(i).and_then(Value::as_i64);
+            let plugin_hash = match int(4) {
+                Some(k) => match hashes.get(&k) {
+                    Some(h) => h.clone(),
+                    None => {
+                        let h: Option<String> = conn
+                            .query_row("SELECT hash FROM guest WHERE key = ?1", params![k], |r| {
+                                r.get(0)
+                            })
+                            .optional()?;
+                        hashes.insert(k, h.clone());
+                        h
+                    }
+                },
+                None => None,
+            };
+            out.push(AuditEntry {
+                seq: out.len() as i64 + 1,
+                session_id: session.clone(),
+                message_id: message_id.clone().map(MessageId),
+                call_id: call_id.clone(),
+                at: at + int(7).unwrap_or(0),
+                stage: text(0).ok_or_else(|| corrupt("an entry has no stage".into()))?,
+                subject: text(1).unwrap_or_default(),
+                plugin_hash,
+                decision: text(2).unwrap_or_default(),
+                rule: text(3),
+                duration_us: int(5),
+                outcome: text(6),
+            });
+        }
+    }
+    Ok(out)
+}
