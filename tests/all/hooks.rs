@@ -226,9 +226,9 @@ fn a_rewrite_is_checked_again_so_it_cannot_reach_a_denied_path() {
     assert_eq!(env.requests().len(), 1);
     match state(&env, &run, "w1") {
         ToolState::Error { input, error, .. } => {
-            // The error part keeps the model's arguments (a completed part
-            // keeps the rewritten ones); the error names the rewritten path.
-            assert_eq!(input["filePath"], "open/x.txt");
+            // The error part keeps the rewritten arguments, as a completed
+            // part does (issue 10): the record says what was refused.
+            assert_eq!(input["filePath"], "secret/x.txt");
             assert_eq!(
                 error,
                 "permission denied: `edit` on `secret/x.txt` is denied by the rule `edit secret/* deny`; the call did not run"

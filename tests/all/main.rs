@@ -13,6 +13,8 @@ mod cli;
 mod conformance;
 mod crash;
 mod hooks;
+mod lease_fence;
+mod ledger_damage;
 mod loop_rules;
 mod mcp;
 mod opencode;

@@ -544,3 +544,94 @@ fn a_refused_key_says_which_variable_to_check() {
         "openai: Incorrect API key provided: sk-wrong. (invalid_api_key); check the key in $WARDEN_TEST_KEY and the account's access"
     );
 }
+
+#[test]
+fn a_step_whose_call_never_started_is_retried_and_the_cut_call_is_never_shown() {
+    // The stream breaks while the model is still writing a call's
+    // arguments; the retry then gets a 503. The cut call never ran, so the
+    // 503 is retried like any other, and the cut call is set aside: no
+    // later request shows the model a call it never finished making.
+    let cut = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"index\":0,\"id\":\"call_cut\",\"type\":\"function\",\"function\":{\"name\":\"read\",\"arguments\":\"\"}}]},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"filePa\"}}]},\"finish_reason\":null}]}\n\n",
+    );
+    let server = MockProvider::start(vec![
+        Reply::Cut {
+            body: cut.as_bytes().to_vec(),
+        },
+        Reply::json(
+            503,
+            json!({"error": {"message": "upstream unavailable"}}),
+            &[],
+        ),
+        read_call(),
+        chat_text(ANSWER, 60, 9),
+    ]);
+    let env = setup(&server, json!({}));
+    let run = run(&env);
+    assert!(run.status.success(), "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.finished()["text"], ANSWER);
+    let r: Vec<(u64, String)> = retries(&run).into_iter().map(|(a, m, _)| (a, m)).collect();
+    assert_eq!(r.len(), 2, "{r:?}");
+    assert!(
+        r[0].1
+            .starts_with("openai: the connection broke before the model finished"),
+        "{r:?}"
+    );
+    assert_eq!(
+        r[1],
+        (2, "openai: upstream unavailable (HTTP 503)".to_string())
+    );
+    assert!(
+        !run.events.iter().any(|e| e["type"] == "session.warning"),
+        "no step ended early: {:?}",
+        run.events
+    );
+    let reqs = server.received();
+    assert_eq!(reqs.len(), 4);
+    assert_eq!(
+        reqs[0].body, reqs[1].body,
+        "the retry resends the same history"
+    );
+    assert_eq!(reqs[1].body, reqs[2].body);
+    assert!(reqs[3].body.to_string().contains("call_1"));
+    assert!(
+        !reqs[3].body.to_string().contains("call_cut"),
+        "the cut call is not shown: {}",
+        reqs[3].body
+    );
+    // Both calls are on record; the cut one ended interrupted and set aside.
+    let msgs = env.ledger().messages(&run.session()).unwrap();
+    let calls: Vec<(String, &str, bool, bool)> = msgs
+        .iter()
+        .flat_map(|m| m.parts.iter())
+        .filter_map(|p| match &p.body {
+            PartBody::Tool {
+                call_id,
+                state,
+                ignored,
+                ..
+            } => Some((
+                call_id.clone(),
+                state.status(),
+                state.is_interrupted(),
+                *ignored,
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            ("call_cut".to_string(), "error", true, true),
+            ("call_1".to_string(), "completed", false, false),
+        ]
+    );
+    assert_eq!(
+        timeline(&env.ledger(), &run.session(), "call_cut"),
+        ["pending", "error"]
+    );
+    let last = assistants(&msgs)[1];
+    assert_eq!(error_of(last), None);
+    assert_eq!(texts(last), [ANSWER]);
+}

@@ -63,6 +63,10 @@ impl Server {
     pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 pub(crate) fn client() -> reqwest::Client {

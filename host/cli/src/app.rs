@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use warden_core::boundary::Protected;
 use warden_core::llm::Models;
-use warden_core::tool::call::Protected;
 use warden_core::{Bus, Config, Core, CoreOptions, Ledger};
 use warden_runtime::WasmHost;
 

@@ -14,6 +14,7 @@ mod app;
 mod audit_cmd;
 mod author;
 mod demo;
+mod ledger_cmd;
 mod mcp_cmd;
 mod plugin_cmd;
 mod plugin_verify;
@@ -83,6 +84,13 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Serve every loaded tool to MCP clients over stdio (each call checked like a session's).
     Mcp(mcp_cmd::McpArgs),
+    /// Check the ledger file for damage.
+    Ledger {
+        #[command(subcommand)]
+        command: ledger_cmd::LedgerCommand,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Inspect the plugins the config loads.
     Plugin {
         #[command(subcommand)]
@@ -118,6 +126,7 @@ fn main() -> ExitCode {
             Command::Session { command, common } => session_cmd::session(command, common).await,
             Command::Trace(args) => trace::trace(args),
             Command::Audit(args) => audit_cmd::audit(args).await,
+            Command::Ledger { command, common } => ledger_cmd::ledger(command, common),
             Command::Plugin { command, common } => plugin_cmd::plugin(command, common).await,
             Command::Serve(args) => serve::serve(args).await,
             Command::Mcp(args) => mcp_cmd::mcp(args).await,

@@ -3,13 +3,15 @@
 
 use warden_protocol::{ProviderError, SessionId};
 
+pub use crate::ledger::LedgerError;
+
 /// Errors of the agent core.
 #[derive(Debug, thiserror::Error)]
 pub enum CoreError {
-    /// SQLite failed (disk full, locked past the busy timeout, ...). Raised by
-    /// the ledger; the loop stops and nothing written before is lost.
-    #[error("ledger: {0}")]
-    Ledger(#[from] rusqlite::Error),
+    /// The ledger failed, is damaged, or fenced off a stale runner's write
+    /// (see [`LedgerError`]). The loop stops and nothing written before is lost.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
 
     /// A row in the ledger does not decode. Raised by the ledger when reading;
     /// the loop stops rather than act on a history it cannot read.
@@ -77,6 +79,26 @@ pub enum CoreError {
     /// The loop's task died (a bug); reported instead of hanging the caller.
     #[error("internal: {0}")]
     Internal(String),
+}
+
+impl CoreError {
+    /// The same error for a second caller of one run (a `run` that joined
+    /// a run already going); what cannot be copied keeps its text.
+    pub fn share(&self) -> CoreError {
+        match self {
+            CoreError::Ledger(e) => CoreError::Ledger(e.clone()),
+            CoreError::SessionNotFound(s) => CoreError::SessionNotFound(s.clone()),
+            CoreError::NoUserMessage(s) => CoreError::NoUserMessage(s.clone()),
+            CoreError::SessionBusy { session, holder } => CoreError::SessionBusy {
+                session: session.clone(),
+                holder: holder.clone(),
+            },
+            CoreError::Provider(e) => CoreError::Provider(e.clone()),
+            CoreError::Config(s) => CoreError::Config(s.clone()),
+            CoreError::Cancelled => CoreError::Cancelled,
+            other => CoreError::Internal(other.to_string()),
+        }
+    }
 }
 
 /// Result with [`CoreError`].

@@ -1,16 +1,18 @@
-//! The warden agent core: the session ledger, the run loop, the processor,
+//! The warden agent core: the session ledger, the run loop, the turn,
 //! model adapters, permissions and the event bus. It never prints and knows
 //! nothing of wasmtime: guests run behind the [`tool::ToolHost`] trait, and
 //! front ends only consume [`bus`] events.
 //!
-//! Where to start reading: [`session`] (`Core::prompt` → `Core::run` →
-//! [`session::run_loop`] → [`session::processor`]), then [`ledger`] and
-//! [`tool::call`] (the host boundary: permission, hooks, guest, audit). The
+//! Where to start reading: [`session`] (`Core::prompt` → the session's actor,
+//! which holds its lease → [`session::run_loop`] → [`session::turn`]), then
+//! [`ledger`] (its one fenced write path, `Ledger::write`) and [`boundary`]
+//! (the host boundary: permission, hooks, guest, audit). The
 //! tool state machine itself is `warden_protocol::tool_state`.
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod agent;
+pub mod boundary;
 pub mod bus;
 pub mod clock;
 pub mod config;
@@ -24,5 +26,5 @@ pub mod tool;
 pub use bus::Bus;
 pub use config::Config;
 pub use error::{CoreError, Result};
-pub use ledger::Ledger;
+pub use ledger::{Ledger, LedgerError};
 pub use session::{Core, CoreOptions, PromptInput};

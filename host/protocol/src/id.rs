@@ -56,3 +56,47 @@ id_type!(
     PartId,
     "prt"
 );
+
+/// A tool call, as the model named it (so it has no prefix of warden's
+/// own): results are matched to calls by it, within one assistant message.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(transparent)]
+pub struct CallId(pub String);
+
+impl CallId {
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for CallId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for CallId {
+    fn from(s: &str) -> Self {
+        CallId(s.to_string())
+    }
+}
+
+impl From<String> for CallId {
+    fn from(s: String) -> Self {
+        CallId(s)
+    }
+}
+
+impl PartialEq<str> for CallId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for CallId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}

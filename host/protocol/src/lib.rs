@@ -16,7 +16,7 @@ pub mod session;
 pub mod tool_state;
 
 pub use event::{Envelope, Event, next_event_id};
-pub use id::{MessageId, PartId, SessionId};
+pub use id::{CallId, MessageId, PartId, SessionId};
 pub use llm::{ChatMessage, FinishReason, LlmEvent, LlmRequest, ProviderError, ToolSpec, Usage};
 pub use message::{
     AssistantInfo, MessageError, MessageInfo, MessagePath, MessageTime, MessageWithParts, ModelRef,

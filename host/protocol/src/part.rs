@@ -67,6 +67,11 @@ pub enum PartBody {
             skip_serializing_if = "std::ops::Not::not"
         )]
         provider_executed: bool,
+        /// A call the model never finished making, from an attempt that
+        /// failed and was retried: kept for the record, never shown to the
+        /// model (the retry makes its own calls).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        ignored: bool,
     },
     /// A model step began.
     StepStart {},
@@ -141,6 +146,7 @@ mod tests {
                 tool: "read".into(),
                 state: ToolState::pending(),
                 provider_executed: false,
+                ignored: false,
             },
         };
         let v = serde_json::to_value(&p).unwrap();

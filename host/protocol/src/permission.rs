@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{MessageId, SessionId};
+use crate::{CallId, MessageId, SessionId};
 
 /// What a rule decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -61,7 +61,7 @@ pub struct PermissionTool {
     #[serde(rename = "messageID")]
     pub message_id: MessageId,
     #[serde(rename = "callID")]
-    pub call_id: String,
+    pub call_id: CallId,
 }
 
 impl PermissionRequest {

@@ -266,6 +266,23 @@ impl ToolState {
         }
     }
 
+    /// `running → error` with the arguments the call ended with: a hook may
+    /// have rewritten them, and the record keeps what ran, as
+    /// [`ToolState::complete`] does.
+    pub fn fail_with(
+        &self,
+        input: Value,
+        error: String,
+        metadata: Option<Value>,
+        now: Millis,
+    ) -> Result<ToolState, TransitionError> {
+        let mut next = self.fail(error, metadata, now)?;
+        if let ToolState::Error { input: i, .. } = &mut next {
+            *i = input;
+        }
+        Ok(next)
+    }
+
     /// Cleanup: `pending | running → error (interrupted)`. Terminal states
     /// are left alone (`None`).
     pub fn interrupt(&self, reason: &str, now: Millis) -> Option<ToolState> {

@@ -14,8 +14,7 @@ use warden_core::tool::{
 };
 use wasmtime::Store;
 
-use crate::bindings::v0_1_0::hook;
-use crate::bindings::v0_1_0::tool::warden::plugin::types as wit;
+use crate::bindings::{After, Before, HookGuest, RawOutput, ToolFailure};
 use crate::builtin;
 use crate::engine::Sandbox;
 use crate::error::RuntimeError;
@@ -228,13 +227,10 @@ impl WasmHost {
     }
 
     /// The plugin behind a hook, and its pre-instantiated component.
-    fn hook_plugin(
-        &self,
-        hook: &HookDef,
-    ) -> Result<(&LoadedPlugin, &hook::HookPluginPre<GuestState>), GuestError> {
+    fn hook_plugin(&self, hook: &HookDef) -> Result<(&LoadedPlugin, &dyn HookGuest), GuestError> {
         let plugin = self.plugin(&hook.guest.plugin)?;
         match &plugin.provides {
-            Provides::Hooks { pre, .. } => Ok((plugin, pre)),
+            Provides::Hooks { guest, .. } => Ok((plugin, &**guest)),
             Provides::Tools { .. } => Err(GuestError::Unavailable {
                 guest: plugin.guest().to_string(),
                 message: "it is a tool plugin, not a hook plugin".into(),
@@ -278,22 +274,8 @@ impl WasmHost {
     }
 }
 
-fn wit_ctx(ctx: &CallContext) -> wit::CallContext {
-    wit::CallContext {
-        session_id: ctx.session_id.to_string(),
-        message_id: ctx.message_id.to_string(),
-        call_id: ctx.call_id.clone(),
-        agent: ctx.agent.clone(),
-        directory: ctx.directory.clone(),
-    }
-}
-
 /// Check a guest's output against the contract and the plugin's cap.
-fn checked_output(
-    o: wit::ToolOutput,
-    guest: &str,
-    limits: &Limits,
-) -> Result<ToolOutput, GuestError> {
+fn checked_output(o: RawOutput, guest: &str, limits: &Limits) -> Result<ToolOutput, GuestError> {
     let size = o.output.len() + o.title.len() + o.metadata.len();
     if size > limits.max_output {
         return Err(GuestError::OutputTooLarge {
@@ -363,27 +345,25 @@ impl ToolHost for WasmHost {
     ) -> Result<ToolOutput, GuestError> {
         let plugin = self.plugin(&tool.guest.plugin)?;
         let (guest, limits) = (plugin.guest().to_string(), &plugin.limits);
-        let Provides::Tools { pre, .. } = &plugin.provides else {
+        let Provides::Tools {
+            guest: tool_guest, ..
+        } = &plugin.provides
+        else {
             return Err(GuestError::Unavailable {
                 guest,
                 message: "it is a hook plugin, not a tool plugin".into(),
             });
         };
-        let wctx = wit_ctx(ctx);
         let (result, note) = self
             .call_guest(plugin, ctx, observer, async |store| {
-                let instance = pre.instantiate_async(&mut *store).await?;
-                instance
-                    .warden_plugin_tool()
-                    .call_execute(&mut *store, &wctx, &tool.id, arguments)
-                    .await
+                tool_guest.execute(store, ctx, &tool.id, arguments).await
             })
             .await?;
         let told = |m: String| capped(m, limits) + note.as_deref().unwrap_or("");
         match result {
-            Err(wit::ToolError::InvalidArguments(m)) => Err(GuestError::InvalidArguments(told(m))),
-            Err(wit::ToolError::Failed(m)) => Err(GuestError::Failed(told(m))),
-            Err(wit::ToolError::Denied(m)) => Err(GuestError::Denied(told(m))),
+            Err(ToolFailure::InvalidArguments(m)) => Err(GuestError::InvalidArguments(told(m))),
+            Err(ToolFailure::Failed(m)) => Err(GuestError::Failed(told(m))),
+            Err(ToolFailure::Denied(m)) => Err(GuestError::Denied(told(m))),
             Ok(o) => checked_output(o, &guest, limits),
         }
     }
@@ -396,17 +376,12 @@ impl ToolHost for WasmHost {
         arguments: &str,
         observer: Arc<dyn CallObserver>,
     ) -> Result<BeforeDecision, GuestError> {
-        use crate::bindings::v0_1_0::hook::exports::warden::plugin::hooks::BeforeDecision as W;
-        let (plugin, pre) = self.hook_plugin(hook)?;
+        use Before as W;
+        let (plugin, hook_guest) = self.hook_plugin(hook)?;
         let (guest, limits) = (plugin.guest().to_string(), &plugin.limits);
-        let wctx = wit_ctx(ctx);
         let (decision, _) = self
             .call_guest(plugin, ctx, observer, async |store| {
-                let instance = pre.instantiate_async(&mut *store).await?;
-                instance
-                    .warden_plugin_hooks()
-                    .call_before(&mut *store, &wctx, tool, arguments)
-                    .await
+                hook_guest.before(store, ctx, tool, arguments).await
             })
             .await?;
         let size = match &decision {
@@ -437,27 +412,23 @@ impl ToolHost for WasmHost {
         output: &ToolOutput,
         observer: Arc<dyn CallObserver>,
     ) -> Result<AfterDecision, GuestError> {
-        use crate::bindings::v0_1_0::hook::exports::warden::plugin::hooks::AfterDecision as W;
-        let (plugin, pre) = self.hook_plugin(hook)?;
+        let (plugin, hook_guest) = self.hook_plugin(hook)?;
         let (guest, limits) = (plugin.guest().to_string(), &plugin.limits);
-        let wctx = wit_ctx(ctx);
-        let current = wit::ToolOutput {
+        let current = RawOutput {
             output: output.output.clone(),
             title: output.title.clone(),
             metadata: output.metadata.to_string(),
         };
         let (decision, _) = self
             .call_guest(plugin, ctx, observer, async |store| {
-                let instance = pre.instantiate_async(&mut *store).await?;
-                instance
-                    .warden_plugin_hooks()
-                    .call_after(&mut *store, &wctx, tool, arguments, &current)
+                hook_guest
+                    .after(store, ctx, tool, arguments, &current)
                     .await
             })
             .await?;
         match decision {
-            W::Keep => Ok(AfterDecision::Keep),
-            W::Rewrite(o) => checked_output(o, &guest, limits).map(AfterDecision::Rewrite),
+            After::Keep => Ok(AfterDecision::Keep),
+            After::Rewrite(o) => checked_output(o, &guest, limits).map(AfterDecision::Rewrite),
         }
     }
 }

@@ -1,23 +1,23 @@
-//! The `warden:plugin/host` interface as a guest calls it: `log`,
-//! `progress` and `ask`, each metered against the call's budget
-//! ([`crate::budget`]) so a guest in a loop cannot flood stderr, the bus or
-//! the audit trail.
+//! The `warden:plugin/host` interface as a guest calls it, whatever the
+//! contract version (each version's module in [`crate::bindings`] forwards
+//! here): `log`, `progress` and `ask`, each metered against the call's
+//! budget ([`crate::budget`]) so a guest in a loop cannot flood stderr, the
+//! bus or the audit trail.
 
 use serde_json::Value;
 
-use crate::bindings::v0_1_0::tool::warden::plugin::{host, types};
+use crate::bindings::LogLevel;
 use crate::budget;
 use crate::sandbox::GuestState;
 
-impl types::Host for GuestState {}
-
-impl host::Host for GuestState {
-    fn log(&mut self, level: host::LogLevel, message: String) -> wasmtime::Result<()> {
+impl GuestState {
+    /// A log line from the guest, at most [`budget::LOG_LINE`] characters.
+    pub(crate) fn guest_log(&mut self, level: LogLevel, message: String) {
         let mut message: String = message.chars().take(budget::LOG_LINE).collect();
         if !self.meter.log.take(message.len()) {
             // Say once that lines are being dropped, then stay quiet.
             if self.meter.log.dropped != message.len() {
-                return Ok(());
+                return;
             }
             message = format!(
                 "log budget of this call used up ({} KiB, {} KiB/s); further lines are dropped",
@@ -27,17 +27,17 @@ impl host::Host for GuestState {
         }
         let plugin = &*self.plugin;
         match level {
-            host::LogLevel::Debug => tracing::debug!(plugin, "{message}"),
-            host::LogLevel::Info => tracing::info!(plugin, "{message}"),
-            host::LogLevel::Warn => tracing::warn!(plugin, "{message}"),
-            host::LogLevel::Error => tracing::error!(plugin, "{message}"),
+            LogLevel::Debug => tracing::debug!(plugin, "{message}"),
+            LogLevel::Info => tracing::info!(plugin, "{message}"),
+            LogLevel::Warn => tracing::warn!(plugin, "{message}"),
+            LogLevel::Error => tracing::error!(plugin, "{message}"),
         }
-        Ok(())
     }
 
-    fn progress(&mut self, title: Option<String>, metadata: String) -> wasmtime::Result<()> {
+    /// A progress update: a title and a JSON object of metadata.
+    pub(crate) fn guest_progress(&mut self, title: Option<String>, metadata: String) {
         let Some(observer) = &self.observer else {
-            return Ok(());
+            return;
         };
         if metadata.len() > budget::PROGRESS_UPDATE {
             tracing::warn!(
@@ -45,11 +45,11 @@ impl host::Host for GuestState {
                 "progress metadata over {} bytes; ignored",
                 budget::PROGRESS_UPDATE
             );
-            return Ok(());
+            return;
         }
         let size = metadata.len() + title.as_ref().map_or(0, String::len).min(200);
         if !self.meter.progress.take(size) {
-            return Ok(());
+            return;
         }
         match serde_json::from_str::<Value>(&metadata) {
             Ok(v @ Value::Object(_)) => {
@@ -60,10 +60,10 @@ impl host::Host for GuestState {
                 "progress metadata is not a JSON object; ignored"
             ),
         }
-        Ok(())
     }
 
-    async fn ask(
+    /// A permission the guest asks for mid-call; `Err` carries the denial.
+    pub(crate) async fn guest_ask(
         &mut self,
         permission: String,
         patterns: Vec<String>,

@@ -10,27 +10,24 @@ use serde_json::Value;
 use warden_core::config::{Grants, ToolSettings};
 use warden_core::tool::{GuestRef, HookDef, PatternSource, ToolDef};
 
-use crate::bindings::v0_1_0::{hook, tool};
+use crate::bindings::{self, HookGuest, ToolGuest, ToolSpec};
 use crate::engine::{Sandbox, sha256_hex};
 use crate::error::RuntimeError;
-use crate::sandbox::{self, GuestState, Limits, World};
+use crate::sandbox::{self, Limits, World};
 
 /// The most tools one plugin may describe.
 pub const MAX_TOOLS: usize = 64;
 /// The largest parameter schema of one tool, in bytes.
 pub const MAX_SCHEMA: usize = 32 * 1024;
 
-/// The contract versions this host loads, newest first.
-pub const SUPPORTED_CONTRACTS: &[&str] = &["warden:plugin@0.1.0"];
-
 /// What a loaded plugin provides.
 pub enum Provides {
     Tools {
-        pre: tool::ToolPluginPre<GuestState>,
+        guest: Box<dyn ToolGuest>,
         tools: Vec<ToolDef>,
     },
     Hooks {
-        pre: hook::HookPluginPre<GuestState>,
+        guest: Box<dyn HookGuest>,
         hook: HookDef,
     },
 }
@@ -127,14 +124,10 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
         .exports(&sandbox.engine)
         .map(|(n, _)| n.to_string())
         .collect();
-    let world = if exports.contains("warden:plugin/tool@0.1.0") {
-        World::Tool
-    } else if exports.contains("warden:plugin/hooks@0.1.0") {
-        World::Hook
-    } else {
+    let Some((contract, world)) = bindings::detect(&exports) else {
         return Err(contract_err(format!(
             "it exports neither warden:plugin/tool nor warden:plugin/hooks of a supported version ({}); it exports: {}",
-            SUPPORTED_CONTRACTS.join(", "),
+            bindings::supported().join(", "),
             if exports.is_empty() {
                 "nothing".to_string()
             } else {
@@ -146,6 +139,7 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
     let linker = sandbox::linker(
         &sandbox.engine,
         &component,
+        contract,
         world,
         !src.grants.hosts.is_empty(),
     )
@@ -189,13 +183,11 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
     .map_err(|e| describe_err(e.to_string()))?;
     let provides = match world {
         World::Tool => {
-            let pre = tool::ToolPluginPre::new(pre).map_err(|e| contract_err(format!("{e:#}")))?;
+            let tool = contract
+                .tool_guest(pre)
+                .map_err(|e| contract_err(format!("{e:#}")))?;
             let described = sandbox::run(&mut store, &limits, &guest.to_string(), async |store| {
-                let instance = pre.instantiate_async(&mut *store).await?;
-                instance
-                    .warden_plugin_tool()
-                    .call_describe(&mut *store)
-                    .await
+                tool.describe(store).await
             })
             .await
             .map_err(|e| describe_err(e.to_string()))?;
@@ -204,16 +196,14 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
             let reaches_out = !src.grants.dirs.is_empty() || !src.grants.hosts.is_empty();
             let tools =
                 check_tools(&guest, described, src.tools, reaches_out).map_err(describe_err)?;
-            Provides::Tools { pre, tools }
+            Provides::Tools { guest: tool, tools }
         }
         World::Hook => {
-            let pre = hook::HookPluginPre::new(pre).map_err(|e| contract_err(format!("{e:#}")))?;
+            let hook = contract
+                .hook_guest(pre)
+                .map_err(|e| contract_err(format!("{e:#}")))?;
             let spec = sandbox::run(&mut store, &limits, &guest.to_string(), async |store| {
-                let instance = pre.instantiate_async(&mut *store).await?;
-                instance
-                    .warden_plugin_hooks()
-                    .call_describe(&mut *store)
-                    .await
+                hook.describe(store).await
             })
             .await
             .map_err(|e| describe_err(e.to_string()))?;
@@ -229,7 +219,7 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
                 }
             }
             Provides::Hooks {
-                pre,
+                guest: hook,
                 hook: HookDef {
                     guest: guest.clone(),
                     before: spec.before,
@@ -245,7 +235,7 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
         hash,
         path: src.path,
         builtin: src.builtin,
-        contract: SUPPORTED_CONTRACTS[0],
+        contract: contract.name(),
         grants: src.grants,
         limits,
         size: src.bytes.len(),
@@ -256,7 +246,7 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
 /// Check a tool plugin's self-description and apply the operator's settings.
 fn check_tools(
     guest: &GuestRef,
-    specs: Vec<tool::warden::plugin::types::ToolSpec>,
+    specs: Vec<ToolSpec>,
     settings: &BTreeMap<String, ToolSettings>,
     reaches_out: bool,
 ) -> Result<Vec<ToolDef>, String> {
@@ -342,7 +332,6 @@ fn check_tools(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bindings::v0_1_0::tool::warden::plugin::types::ToolSpec;
 
     fn spec(id: &str, parameters: String) -> ToolSpec {
         ToolSpec {

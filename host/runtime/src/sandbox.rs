@@ -17,6 +17,7 @@ use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
+use crate::bindings::Contract;
 use crate::budget::{self, Meter};
 use crate::guest_output::{self, GuestOutput};
 use crate::net::{HostPattern, HttpGate};
@@ -94,12 +95,7 @@ impl HasData for HasIo {
     type Data<'a> = &'a mut ResourceTable;
 }
 
-/// Which world a plugin implements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum World {
-    Tool,
-    Hook,
-}
+pub use crate::bindings::World;
 
 /// A linker for one component: the WASI interfaces a sandbox may offer (not
 /// sockets; wasi:http only when `http`, i.e. the plugin was granted hosts),
@@ -107,6 +103,7 @@ pub enum World {
 pub fn linker(
     engine: &Engine,
     component: &Component,
+    contract: &dyn Contract,
     world: World,
     http: bool,
 ) -> wasmtime::Result<Linker<GuestState>> {
@@ -153,16 +150,7 @@ pub fn linker(
     if http {
         wasmtime_wasi_http::p2::add_only_http_to_linker_async::<GuestState>(&mut l)?;
     }
-    match world {
-        World::Tool => crate::bindings::v0_1_0::tool::ToolPlugin::add_to_linker::<
-            GuestState,
-            wasmtime::component::HasSelf<GuestState>,
-        >(&mut l, |s| s)?,
-        World::Hook => crate::bindings::v0_1_0::hook::HookPlugin::add_to_linker::<
-            GuestState,
-            wasmtime::component::HasSelf<GuestState>,
-        >(&mut l, |s| s)?,
-    }
+    contract.add_to_linker(&mut l, world)?;
     stub_missing(&mut l, engine, component, http)?;
     Ok(l)
 }

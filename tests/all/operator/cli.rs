@@ -145,7 +145,7 @@ fn the_help_lists_every_command() {
     assert_eq!(
         listed,
         [
-            "run", "demo", "session", "trace", "audit", "bench", "serve", "mcp", "plugin", "help"
+            "run", "demo", "session", "trace", "audit", "serve", "mcp", "ledger", "plugin", "help"
         ]
     );
     assert!(!help.contains("run, demo, session, trace."), "{help}");

@@ -9,13 +9,21 @@
 
 mod audit;
 pub mod audit_query;
+mod check;
 mod checkpoint;
 mod codec;
+mod error;
 pub mod id;
 mod lease;
 pub mod phase;
 mod schema;
 mod timeline;
+mod transition;
+
+use lease::check_fence;
+
+pub use check::{IntegrityReport, check_file};
+pub use error::LedgerError;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -46,6 +54,16 @@ pub enum PartWrite<'a> {
 pub use audit::AuditEntry;
 pub use timeline::PartEvent;
 
+/// A runner's proof that it holds a session's lease: the holder and the
+/// epoch its lease was taken at. Every write to a session this process holds
+/// checks it in the write's own transaction, so once another process has
+/// taken the session over (a new epoch), a stale runner can write nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub holder: String,
+    pub epoch: i64,
+}
+
 /// Who holds a session's runner lease, when taking it failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseHeld {
@@ -65,6 +83,10 @@ pub struct Ledger {
     /// given back. While the lease is held nobody else may write them, so a
     /// round of the loop re-reads its history without decoding it again.
     held: Arc<Mutex<HashMap<SessionId, Vec<Arc<MessageWithParts>>>>>,
+    /// The fences of the sessions this process holds the lease of, from
+    /// taking the lease until giving it back. Kept when a renewal fails (the
+    /// cached copy goes, the fence stays), so a stale runner stays fenced.
+    fences: Arc<Mutex<HashMap<SessionId, Fence>>>,
     /// The audit trail's keys of guest hashes.
     guests: Arc<audit::GuestKeys>,
     /// Stops when the last clone is dropped.
@@ -73,6 +95,10 @@ pub struct Ledger {
 
 impl Ledger {
     /// Open (creating if needed) the ledger at `path` and bring its schema up to date.
+    ///
+    /// A file that is not a ledger, or whose pages do not pass SQLite's quick
+    /// check, is refused as damaged (`LedgerError::Damaged`, which says what
+    /// to do) before anything is written to it.
     pub fn open(path: &Path, bus: Bus) -> Result<Ledger> {
         if let Some(dir) = path.parent()
             && !dir.as_os_str().is_empty()
@@ -80,15 +106,21 @@ impl Ledger {
             std::fs::create_dir_all(dir)
                 .map_err(|e| CoreError::Config(format!("cannot create {}: {e}", dir.display())))?;
         }
-        let conn = Connection::open(path)?;
-        let mut ledger = Self::init(conn, bus, &path.display().to_string())?;
-        // The checkpoint thread does the work; SQLite's own checkpoint on
-        // commit stays only as a backstop, should the log ever reach 40 MB.
-        ledger
-            .conn()
-            .pragma_update(None, "wal_autocheckpoint", 10_000)?;
-        ledger._checkpointer = Some(Arc::new(Checkpointer::start(path)?));
-        Ok(ledger)
+        let shown = path.display().to_string();
+        let opened = (|| -> Result<Ledger> {
+            let conn = Connection::open(path)?;
+            conn.busy_timeout(std::time::Duration::from_secs(10))?;
+            check::quick_check(&conn, &shown)?;
+            let mut ledger = Self::init(conn, bus, &shown)?;
+            // The checkpoint thread does the work; SQLite's own checkpoint on
+            // commit stays only as a backstop, should the log ever reach 40 MB.
+            ledger
+                .conn()
+                .pragma_update(None, "wal_autocheckpoint", 10_000)?;
+            ledger._checkpointer = Some(Arc::new(Checkpointer::start(path)?));
+            Ok(ledger)
+        })();
+        opened.map_err(|e| check::named(e, &shown))
     }
 
     /// A private in-memory ledger, for tests.
@@ -111,6 +143,7 @@ impl Ledger {
             bus,
             path: path.into(),
             held: Arc::new(Mutex::new(HashMap::new())),
+            fences: Arc::new(Mutex::new(HashMap::new())),
             guests: Arc::new(audit::GuestKeys::default()),
             _checkpointer: None,
         })
@@ -140,6 +173,59 @@ impl Ledger {
         self.db.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The one path every write to a session takes: one transaction, and
+    /// when this process holds the session's lease, the lease's [`Fence`]
+    /// checked first inside it, so a runner whose lease was taken over
+    /// writes nothing (`LedgerError::Fenced`). New write methods go through
+    /// here and are fenced the same way.
+    pub(crate) fn write<T>(
+        &self,
+        session: &SessionId,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let fence = self.fences().get(session).cloned();
+        let result = (|| -> Result<T> {
+            let mut conn = self.conn();
+            // Fenced writes take the write lock before they check, so no
+            // other process can take the lease between the check and the write.
+            let behaviour = match fence {
+                Some(_) => rusqlite::TransactionBehavior::Immediate,
+                None => rusqlite::TransactionBehavior::Deferred,
+            };
+            let tx = conn.transaction_with_behavior(behaviour)?;
+            if let Some(fence) = &fence {
+                check_fence(&tx, session, fence)?;
+            }
+            let out = f(&tx)?;
+            tx.commit()?;
+            Ok(out)
+        })();
+        if let Err(CoreError::Ledger(LedgerError::Fenced { .. })) = &result {
+            // Someone else writes this session now: the copy is stale.
+            self.held().remove(session);
+        }
+        result.map_err(|e| check::named(e, &self.path))
+    }
+
+    /// Whether this process still holds the session's lease at the epoch it
+    /// took it at: checked before each step and each model request, so a
+    /// runner that lost its session starts nothing new. `Ok` for sessions
+    /// this process does not hold (nothing to check).
+    pub fn check_fence(&self, session: &SessionId) -> Result<()> {
+        let Some(fence) = self.fences().get(session).cloned() else {
+            return Ok(());
+        };
+        let result = check_fence(&self.conn(), session, &fence);
+        if result.is_err() {
+            self.held().remove(session);
+        }
+        result
+    }
+
+    fn fences(&self) -> MutexGuard<'_, HashMap<SessionId, Fence>> {
+        self.fences.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     // ---- sessions ----
 
     /// Create a session working in `directory`.
@@ -155,10 +241,13 @@ impl Ledger {
                 updated: now,
             },
         );
-        self.conn().execute(
-            "INSERT INTO session (id, title, directory, permission, created_at, updated_at) VALUES (?1, ?2, ?3, '[]', ?4, ?4)",
-            params![info.id.as_str(), info.title, info.directory, now],
-        )?;
+        self.write(&info.id, |tx| {
+            tx.execute(
+                "INSERT INTO session (id, title, directory, permission, created_at, updated_at) VALUES (?1, ?2, ?3, '[]', ?4, ?4)",
+                params![info.id.as_str(), info.title, info.directory, now],
+            )?;
+            Ok(())
+        })?;
         self.bus.publish(Event::SessionCreated {
             session: info.clone(),
         });
@@ -207,9 +296,7 @@ impl Ledger {
         id: &SessionId,
         change: impl FnOnce(&mut Vec<Rule>),
     ) -> Result<SessionInfo> {
-        {
-            let mut conn = self.conn();
-            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        self.write(id, |tx| {
             let current: Option<String> = tx
                 .query_row(
                     "SELECT permission FROM session WHERE id = ?1",
@@ -229,8 +316,8 @@ impl Ledger {
                 "UPDATE session SET permission = ?2, updated_at = ?3 WHERE id = ?1",
                 params![id.as_str(), body, now_ms()],
             )?;
-            tx.commit()?;
-        }
+            Ok(())
+        })?;
         let info = self.session(id)?;
         self.bus.publish(Event::SessionUpdated {
             session: info.clone(),
@@ -241,36 +328,38 @@ impl Ledger {
     /// Delete a session and everything recorded about it.
     pub fn delete_session(&self, id: &SessionId) -> Result<()> {
         self.held().remove(id);
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        // Messages and parts go with the session (foreign keys); the
-        // timeline and audit trail are removed by its key, the lease by its id.
-        for table in ["part_event", "audit"] {
+        self.write(id, |tx| {
+            // Messages and parts go with the session (foreign keys); the
+            // timeline and audit trail are removed by its key, the lease by its id.
+            for table in ["part_event", "audit"] {
+                tx.execute(
+                    &format!(
+                        "DELETE FROM {table} WHERE session = (SELECT key FROM session WHERE id = ?1)"
+                    ),
+                    params![id.as_str()],
+                )?;
+            }
             tx.execute(
-                &format!(
-                    "DELETE FROM {table} WHERE session = (SELECT key FROM session WHERE id = ?1)"
-                ),
+                "DELETE FROM runner_lease WHERE session_id = ?1",
                 params![id.as_str()],
             )?;
-        }
-        tx.execute(
-            "DELETE FROM runner_lease WHERE session_id = ?1",
-            params![id.as_str()],
-        )?;
-        let n = tx.execute("DELETE FROM session WHERE id = ?1", params![id.as_str()])?;
-        if n == 0 {
-            return Err(CoreError::SessionNotFound(id.clone()));
-        }
-        tx.commit()?;
+            let n = tx.execute("DELETE FROM session WHERE id = ?1", params![id.as_str()])?;
+            if n == 0 {
+                return Err(CoreError::SessionNotFound(id.clone()));
+            }
+            Ok(())
+        })?;
+        self.fences().remove(id);
         Ok(())
     }
 
     /// Mark the session as just used.
     pub fn touch_session(&self, id: &SessionId) -> Result<()> {
-        let n = self
-            .conn()
-            .prepare_cached("UPDATE session SET updated_at = ?2 WHERE id = ?1")?
-            .execute(params![id.as_str(), now_ms()])?;
+        let n = self.write(id, |tx| {
+            Ok(tx
+                .prepare_cached("UPDATE session SET updated_at = ?2 WHERE id = ?1")?
+                .execute(params![id.as_str(), now_ms()])?)
+        })?;
         if n == 0 {
             return Err(CoreError::SessionNotFound(id.clone()));
         }
@@ -289,17 +378,16 @@ impl Ledger {
             &[("role", &role), ("id", &id), ("sessionID", &sid)],
         ));
         let now = now_ms();
-        let n = self
-            .conn()
-            .prepare_cached(UPSERT_MESSAGE)?
-            .execute(params![
+        let n = self.write(info.session_id(), |tx| {
+            Ok(tx.prepare_cached(UPSERT_MESSAGE)?.execute(params![
                 info.id().as_str(),
                 info.session_id().as_str(),
                 info.role(),
                 body,
                 info.created(),
                 now
-            ])?;
+            ])?)
+        })?;
         if n == 0 {
             return Err(CoreError::SessionNotFound(info.session_id().clone()));
         }
@@ -322,6 +410,16 @@ impl Ledger {
 
     /// Insert or update a part; see [`PartWrite`] for what is recorded.
     pub fn put_part(&self, part: &Part, write: PartWrite<'_>) -> Result<()> {
+        self.put_part_with_audit(part, write, &[])
+    }
+
+    /// [`Ledger::put_part`], with `audit` written in the same transaction.
+    fn put_part_with_audit(
+        &self,
+        part: &Part,
+        write: PartWrite<'_>,
+        audit: &[AuditEntry],
+    ) -> Result<()> {
         // The body is the part without its type and ids, which are columns of the row.
         let body =
             serde_json::to_string(&part.body).map_err(|e| CoreError::Internal(e.to_string()))?;
@@ -330,9 +428,7 @@ impl Ledger {
             body = codec::slim_tokens(body);
         }
         let now = now_ms();
-        {
-            let mut conn = self.conn();
-            let tx = conn.transaction()?;
+        self.write(&part.session_id, |tx| {
             let n = tx.prepare_cached(UPSERT_PART)?.execute(params![
                 part.session_id.as_str(),
                 part.message_id.as_str(),
@@ -352,10 +448,13 @@ impl Ledger {
             // The timeline is of tool calls: their states are what a trace
             // replays. Other parts keep their content in their own row.
             if write == PartWrite::Changed && matches!(part.body, PartBody::Tool { .. }) {
-                timeline::insert(&tx, part, now)?;
+                timeline::insert(tx, part, now)?;
             }
-            tx.commit()?;
-        }
+            if !audit.is_empty() {
+                audit::insert(tx, &self.guests, audit)?;
+            }
+            Ok(())
+        })?;
         let delta = match write {
             PartWrite::Delta(d) => Some(d.to_string()),
             PartWrite::Changed => None,
@@ -506,18 +605,26 @@ impl Ledger {
 
     /// Record a decision or guest call.
     pub fn audit(&self, entry: &AuditEntry) -> Result<()> {
-        audit::insert(&self.conn(), &self.guests, std::slice::from_ref(entry))
+        self.write(&entry.session_id, |tx| {
+            audit::insert(tx, &self.guests, std::slice::from_ref(entry))
+        })
     }
 
     /// Record a call's entries, one row per call, in one transaction.
     pub fn audit_all(&self, entries: &[AuditEntry]) -> Result<()> {
-        if entries.is_empty() {
-            return Ok(());
+        // One transaction per session (in practice there is one).
+        let mut rest = entries;
+        while let Some(first) = rest.first() {
+            let n = rest
+                .iter()
+                .take_while(|e| e.session_id == first.session_id)
+                .count();
+            let (these, after) = rest.split_at(n);
+            self.write(&first.session_id, |tx| {
+                audit::insert(tx, &self.guests, these)
+            })?;
+            rest = after;
         }
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        audit::insert(&tx, &self.guests, entries)?;
-        tx.commit()?;
         Ok(())
     }
 
@@ -664,6 +771,7 @@ mod tests {
                 tool: "read".into(),
                 state: ToolState::pending(),
                 provider_executed: false,
+                ignored: false,
             },
         };
         l.put_part(&part, PartWrite::Changed).unwrap();
@@ -684,30 +792,87 @@ mod tests {
     fn a_lease_is_exclusive_until_it_expires_or_its_holder_dies() {
         let l = ledger();
         let s = l.create_session("/w", "t").unwrap();
-        assert!(
-            l.acquire_lease(&s.id, "a", 60_000, |_| false)
-                .unwrap()
-                .is_ok()
-        );
+        let a = l
+            .acquire_lease(&s.id, "a", 60_000, |_| false)
+            .unwrap()
+            .unwrap();
         let held = l
             .acquire_lease(&s.id, "b", 60_000, |_| false)
             .unwrap()
             .unwrap_err();
         assert_eq!(held.holder, "a");
-        assert!(
-            l.acquire_lease(&s.id, "b", 60_000, |h| h == "a")
-                .unwrap()
-                .is_ok()
-        );
-        assert!(!l.renew_lease(&s.id, "a", 60_000).unwrap());
-        l.release_lease(&s.id, "b").unwrap();
-        assert!(l.acquire_lease(&s.id, "a", -1, |_| false).unwrap().is_ok());
+        let b = l
+            .acquire_lease(&s.id, "b", 60_000, |h| h == "a")
+            .unwrap()
+            .unwrap();
+        assert!(b.epoch > a.epoch, "a new holder, a new epoch");
+        assert!(!l.renew_lease(&s.id, &a, 60_000).unwrap());
+        assert!(l.renew_lease(&s.id, &b, 60_000).unwrap());
+        l.release_lease(&s.id, &b).unwrap();
+        let a2 = l.acquire_lease(&s.id, "a", -1, |_| false).unwrap().unwrap();
+        assert!(a2.epoch > b.epoch, "epochs only grow, also after a release");
         assert!(
             l.acquire_lease(&s.id, "b", 60_000, |_| false)
                 .unwrap()
                 .is_ok(),
             "expired lease is taken over"
         );
+    }
+
+    /// Two processes on one file: the first holds the lease, the second takes
+    /// it over; every write of the first is refused from then on, in the
+    /// write's own transaction, and the second's go through.
+    #[test]
+    fn a_holder_whose_lease_was_taken_over_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let (a, b) = (
+            Ledger::open(&path, Bus::new()).unwrap(),
+            Ledger::open(&path, Bus::new()).unwrap(),
+        );
+        let s = a.create_session("/w", "t").unwrap();
+        a.acquire_lease(&s.id, "a", 60_000, |_| false)
+            .unwrap()
+            .unwrap();
+        let first = user_message(&s.id);
+        a.put_message(&first).unwrap();
+        a.check_fence(&s.id).unwrap();
+        // B takes over (A was declared dead, or its lease ran out).
+        b.acquire_lease(&s.id, "b", 60_000, |h| h == "a")
+            .unwrap()
+            .unwrap();
+        let before = b.read_messages(&s.id).unwrap();
+        let fenced = |r: Result<()>| match r {
+            Err(CoreError::Ledger(LedgerError::Fenced { session })) => assert_eq!(session, s.id),
+            other => panic!("expected a fenced write, got {other:?}"),
+        };
+        fenced(a.check_fence(&s.id));
+        fenced(a.put_message(&user_message(&s.id)));
+        fenced(a.put_part(&text_part(&first, "late".into()), PartWrite::Changed));
+        fenced(a.touch_session(&s.id));
+        fenced(a.audit(&AuditEntry {
+            seq: 0,
+            session_id: s.id.clone(),
+            message_id: None,
+            call_id: None,
+            at: 1,
+            stage: "tool".into(),
+            subject: "read".into(),
+            plugin_hash: None,
+            decision: "allowed".into(),
+            rule: None,
+            duration_us: None,
+            outcome: None,
+        }));
+        fenced(a.set_session_permission(&s.id, &[]).map(|_| ()));
+        assert_eq!(b.read_messages(&s.id).unwrap(), before);
+        assert!(b.audit_trail(&s.id).unwrap().is_empty());
+        // A's reads come from the rows now, not from its stale copy.
+        assert_eq!(a.messages(&s.id).unwrap(), before);
+        // The new holder writes as usual.
+        b.put_part(&text_part(&first, "mine".into()), PartWrite::Changed)
+            .unwrap();
+        assert_eq!(b.read_messages(&s.id).unwrap()[0].parts.len(), 1);
     }
 
     #[test]
@@ -729,11 +894,10 @@ mod tests {
         // One message before the lease, more while it is held.
         let first = user(0);
         l.put_message(&first).unwrap();
-        assert!(
-            l.acquire_lease(&s.id, "me", 60_000, |_| false)
-                .unwrap()
-                .is_ok()
-        );
+        let me = l
+            .acquire_lease(&s.id, "me", 60_000, |_| false)
+            .unwrap()
+            .unwrap();
         let mut tool = Part {
             id: id::ascending("prt").into(),
             session_id: s.id.clone(),
@@ -743,6 +907,7 @@ mod tests {
                 tool: "read".into(),
                 state: ToolState::pending(),
                 provider_executed: false,
+                ignored: false,
             },
         };
         l.put_part(&tool, PartWrite::Changed).unwrap();
@@ -772,7 +937,7 @@ mod tests {
         assert_eq!(shared, held);
         assert_eq!(held.len(), 4);
         assert_eq!(held[0].parts[0].tool_state().unwrap().status(), "running");
-        l.release_lease(&s.id, "me").unwrap();
+        l.release_lease(&s.id, &me).unwrap();
         assert!(l.held().is_empty());
         assert_eq!(l.messages(&s.id).unwrap(), held);
     }

@@ -65,14 +65,17 @@ impl Ledger {
     ) -> Result<()> {
         let detail = serde_json::to_string(kind)
             .map_err(|e| crate::error::CoreError::Internal(e.to_string()))?;
-        self.conn().prepare_cached(INSERT_PHASE)?.execute(params![
-            session.as_str(),
-            message.map(|m| m.as_str()),
-            at,
-            kind.name(),
-            detail
-        ])?;
-        Ok(())
+        // Through the fenced write path: a runner that lost its lease marks nothing.
+        self.write(session, |tx| {
+            tx.prepare_cached(INSERT_PHASE)?.execute(params![
+                session.as_str(),
+                message.map(|m| m.as_str()),
+                at,
+                kind.name(),
+                detail
+            ])?;
+            Ok(())
+        })
     }
 
     /// A session's phase marks, in order. A row this warden cannot read (from

@@ -235,7 +235,13 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE part_event_v2 RENAME TO part_event;
     ALTER TABLE audit_v2 RENAME TO audit;
     "#,
-    // 4: the session's own phases besides tool states (model request, first
+    // 4: a lease's epoch, new each time the lease changes hands. A runner's
+    // writes check it in their own transaction, so a runner whose lease was
+    // taken over (paused past its expiry, say) writes nothing more.
+    r#"
+    ALTER TABLE runner_lease ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
+    "#,
+    // 5: the session's own phases besides tool states (model request, first
     // token, step finish, retry wait), so a trace shows where time went.
     r#"
     CREATE TABLE phase (

@@ -6,7 +6,7 @@
 //! (global config rules, then the agent's own) followed by the session's;
 //! among those that match, the **last** one wins. No match means `ask`.
 //!
-//! The host checks permission before every guest call ([`crate::tool::call`]);
+//! The host checks permission before every guest call ([`crate::boundary`]);
 //! this module only decides.
 
 pub mod ask;

@@ -18,7 +18,7 @@ use warden_protocol::{
 
 use super::CoreInner;
 use super::history;
-use super::processor::{Outcome, Processor};
+use super::turn::{Outcome, Step, Turn};
 use crate::clock::now_ms;
 use crate::error::Result;
 use crate::ledger::{PartWrite, id};
@@ -156,18 +156,17 @@ pub(crate) async fn process(
         tools: Vec::new(),
         max_output_tokens: model.info.output_limit,
     };
-    let outcome = Processor::new(
-        core,
+    let step = Step {
         session,
         agent,
-        &model,
-        info.clone(),
-        &before,
-        Vec::new(),
-        cancel.clone(),
-    )
-    .process(llm_request)
-    .await?;
+        model: &model,
+        info: info.clone(),
+        history: &before,
+        tools: Vec::new(),
+    };
+    let outcome = Turn::new(core, step, cancel.clone())
+        .process(llm_request)
+        .await?;
 
     let summary = core
         .ledger

@@ -62,6 +62,7 @@ pub fn has_open_tool_calls(m: &MessageWithParts) -> bool {
             &p.body,
             PartBody::Tool {
                 provider_executed: false,
+                ignored: false,
                 ..
             }
         ) && !is_interrupted_orphan(p)
@@ -185,6 +186,7 @@ fn message_to_chat(m: &MessageWithParts) -> Vec<Arc<ChatMessage>> {
                         tool,
                         state,
                         provider_executed: false,
+                        ignored: false,
                     } => {
                         content.push(AssistantContent::ToolCall {
                             call_id: call_id.clone(),
@@ -305,6 +307,7 @@ mod tests {
                 tool: "read".into(),
                 state,
                 provider_executed: false,
+                ignored: false,
             },
         }
     }

@@ -1,23 +1,23 @@
-//! Sessions: `prompt` → `run` (one runner per session) → [`run_loop`] →
-//! [`processor`]. The loop re-reads the ledger every round; the processor
-//! turns one model stream into parts.
+//! Sessions: `prompt` / `run` → the session's actor (`actor.rs`: one per
+//! session, holding its lease) → [`run_loop`] → [`turn`]. The loop re-reads
+//! the ledger every round; a turn is one model step: its stream becomes
+//! parts, its tool calls go through the boundary.
 
+mod actor;
 pub mod compaction;
 pub mod history;
 pub mod lease;
 mod phase_marks;
-pub mod processor;
 pub mod run_loop;
-pub mod runner;
 pub mod status;
 pub mod system;
+pub mod turn;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
 use warden_protocol::{
     Action, MessageId, MessageInfo, MessageTime, MessageWithParts, ModelRef, Part, PartBody, Rule,
     SessionId, SessionInfo, SessionStatus, UserInfo,
@@ -33,26 +33,8 @@ use crate::llm::retry::RetryPolicy;
 use crate::llm::{ModelResolver, Models};
 use crate::permission::Permissions;
 use crate::tool::ToolHost;
-use runner::Runners;
+use actor::{Actors, Op};
 use status::StatusBoard;
-
-/// Ends a run's hold on its session when dropped.
-struct Release<'a> {
-    core: &'a Core,
-    session: &'a SessionId,
-    heartbeat: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Release<'_> {
-    fn drop(&mut self) {
-        self.heartbeat.abort();
-        let inner = &self.core.inner;
-        inner.status.set(self.session, SessionStatus::Idle);
-        if let Err(e) = inner.ledger.release_lease(self.session, &inner.holder) {
-            tracing::warn!(session = %self.session, error = %e, "could not release the runner lease");
-        }
-    }
-}
 
 /// What a user sends.
 #[derive(Debug, Clone, Default)]
@@ -75,7 +57,7 @@ pub struct CoreOptions {
     /// How long a runner lease lasts without renewal.
     pub lease_ttl: Duration,
     /// warden's own files (config, data dir), off limits to tools.
-    pub protected: Vec<crate::tool::call::Protected>,
+    pub protected: Vec<crate::boundary::Protected>,
 }
 
 impl Default for CoreOptions {
@@ -95,13 +77,13 @@ pub(crate) struct CoreInner {
     pub agents: Agents,
     pub config: Config,
     pub retry: RetryPolicy,
-    pub runners: Runners,
-    /// One FIFO queue of prompts per session: each is answered in turn.
-    pub queues: std::sync::Mutex<std::collections::HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
+    /// One actor per session with work: it queues that session's prompts
+    /// and runs, holds its lease and runs its loop.
+    pub(crate) actors: Actors,
     pub status: StatusBoard,
     pub holder: String,
     pub options: CoreOptions,
-    pub protected: Arc<[crate::tool::call::Protected]>,
+    pub protected: Arc<[crate::boundary::Protected]>,
 }
 
 /// The agent core. Cheap to clone.
@@ -137,8 +119,7 @@ impl Core {
                 agents,
                 config,
                 retry,
-                runners: Runners::default(),
-                queues: Default::default(),
+                actors: Actors::default(),
                 holder: lease::holder_id(),
                 protected: options.protected.clone().into(),
                 options,
@@ -174,8 +155,8 @@ impl Core {
     /// The host boundary as a session's calls see it (ledger, questions, tool
     /// host, warden's own files), for front ends that run calls themselves,
     /// such as the MCP server.
-    pub fn call_env(&self) -> crate::tool::call::CallEnv {
-        crate::tool::call::CallEnv::new(
+    pub fn call_env(&self) -> crate::boundary::CallEnv {
+        crate::boundary::CallEnv::new(
             self.inner.ledger.clone(),
             self.inner.permissions.clone(),
             self.inner.tools.clone(),
@@ -244,69 +225,17 @@ impl Core {
     /// the model has answered it. Returns the last assistant message (or the
     /// user message with `no_reply`).
     ///
-    /// Prompts to one session queue in arrival order: each waits for the
-    /// ones before it to be answered, then gets its own answer. A session
-    /// another process is running is refused (`SessionBusy`) before anything
-    /// is written.
+    /// Prompts to one session queue in arrival order on its actor: each waits
+    /// for the ones before it to be answered, then gets its own answer. A
+    /// session another process is running is refused (`SessionBusy`) before
+    /// anything is written.
     pub async fn prompt(&self, input: PromptInput) -> Result<MessageWithParts> {
         let session = self.inner.ledger.session(&input.session_id)?;
-        let queue = {
-            let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
-            queues.entry(session.id.clone()).or_default().clone()
-        };
-        let turn = queue.clone().lock_owned().await;
-        let result = self.prompt_in_turn(&session, input).await;
-        drop(turn);
-        // The queue of a session nobody else is waiting on goes, so an idle
-        // session costs nothing here.
-        let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
-        if queues
-            .get(&session.id)
-            .is_some_and(|q| Arc::ptr_eq(q, &queue) && Arc::strong_count(q) == 2)
-        {
-            queues.remove(&session.id);
-        }
-        result
-    }
-
-    async fn prompt_in_turn(
-        &self,
-        session: &SessionInfo,
-        input: PromptInput,
-    ) -> Result<MessageWithParts> {
-        let session = session.clone();
-        self.claim(&session.id)?;
-        let written = self.write_prompt(&session, &input);
-        if written.is_err() || input.no_reply {
-            // Nothing will run: give the lease back now.
-            let _ = self
-                .inner
-                .ledger
-                .release_lease(&session.id, &self.inner.holder);
-        }
-        let message = written?;
-        if input.no_reply {
-            return Ok(message);
-        }
-        let user_id = message.info.id().clone();
-        // A run that was already ending when this message landed may not have
-        // seen it; run again until an answer to it exists.
-        self.inner.runners.take_aborted(&session.id);
-        let mut last = self.run(&session.id).await?;
-        for _ in 0..3 {
-            let msgs = self.inner.ledger.messages(&session.id)?;
-            let answered = msgs
-                .iter()
-                .filter_map(history::assistant)
-                .any(|a| a.id > user_id && a.time.completed.is_some());
-            // An abort ends the prompt too, even if it landed before an answer began.
-            let aborted = self.inner.runners.take_aborted(&session.id);
-            if answered || aborted {
-                break;
-            }
-            last = self.run(&session.id).await?;
-        }
-        Ok(last)
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.inner
+            .actors
+            .send(self, &session.id, Op::Prompt { input, reply });
+        actor::reply(rx).await
     }
 
     /// Per-prompt tool switches as (permission, on). A switch names a tool
@@ -403,39 +332,14 @@ impl Core {
     /// from the ledger alone.
     pub async fn run(&self, session: &SessionId) -> Result<MessageWithParts> {
         self.inner.ledger.session(session)?;
-        let core = self.clone();
-        let id = session.clone();
-        self.inner
-            .runners
-            .ensure_running(session, move |cancel| async move {
-                core.run_leased(&id, cancel).await
-            })
-            .await
-            .map_err(|e| {
-                Arc::try_unwrap(e).unwrap_or_else(|shared| CoreError::Internal(shared.to_string()))
-            })
-    }
-
-    /// Take the session's runner lease for this process, or say who has it.
-    fn claim(&self, session: &SessionId) -> Result<()> {
-        let ttl = self.inner.options.lease_ttl.as_millis() as i64;
-        match self.inner.ledger.acquire_lease(
-            session,
-            &self.inner.holder,
-            ttl,
-            lease::holder_is_dead,
-        )? {
-            Ok(()) => Ok(()),
-            Err(held) => Err(CoreError::SessionBusy {
-                session: session.clone(),
-                holder: held.holder,
-            }),
-        }
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.inner.actors.send(self, session, Op::Run { reply });
+        actor::reply(rx).await
     }
 
     /// Whether this process is running the session's loop now.
     pub fn is_running(&self, session: &SessionId) -> bool {
-        self.inner.runners.is_running(session)
+        self.inner.actors.is_running(session)
     }
 
     /// Sessions whose run was cut short by a process that died (their lease
@@ -449,7 +353,7 @@ impl Core {
             .into_iter()
             .filter(|(s, holder, expires)| {
                 holder != &self.inner.holder
-                    && !self.inner.runners.is_running(s)
+                    && !self.inner.actors.is_running(s)
                     && (*expires <= now || lease::holder_is_dead(holder))
             })
             .map(|(s, _, _)| s)
@@ -460,69 +364,33 @@ impl Core {
     /// another process.
     pub fn delete_session(&self, session: &SessionId) -> Result<()> {
         self.inner.ledger.session(session)?;
-        if self.inner.runners.is_running(session) {
+        if self.inner.actors.is_running(session) {
             return Err(CoreError::SessionBusy {
                 session: session.clone(),
                 holder: self.inner.holder.clone(),
             });
         }
-        self.claim(session)?;
+        let ttl = self.inner.options.lease_ttl.as_millis() as i64;
+        // The lease keeps any other process from starting it meanwhile; the
+        // delete removes it with the session.
+        if let Err(held) = self.inner.ledger.acquire_lease(
+            session,
+            &self.inner.holder,
+            ttl,
+            lease::holder_is_dead,
+        )? {
+            return Err(CoreError::SessionBusy {
+                session: session.clone(),
+                holder: held.holder,
+            });
+        }
         self.inner.ledger.delete_session(session)
     }
 
     /// Cancel the session's run: the model stream and running guest calls
     /// stop, and their tool parts end as interrupted. `false` if not running.
     pub fn cancel(&self, session: &SessionId) -> bool {
-        self.inner.runners.cancel(session)
-    }
-
-    /// Take the lease, keep it fresh, run the loop, give it back.
-    async fn run_leased(
-        &self,
-        session: &SessionId,
-        cancel: CancellationToken,
-    ) -> Result<MessageWithParts> {
-        let ttl = self.inner.options.lease_ttl.as_millis() as i64;
-        let ledger = &self.inner.ledger;
-        let holder = &self.inner.holder;
-        if let Err(held) = ledger.acquire_lease(session, holder, ttl, lease::holder_is_dead)? {
-            return Err(CoreError::SessionBusy {
-                session: session.clone(),
-                holder: held.holder,
-            });
-        }
-        let heartbeat = {
-            let ledger = ledger.clone();
-            let holder = holder.clone();
-            let session = session.clone();
-            let cancel = cancel.clone();
-            let every = (self.inner.options.lease_ttl / 3).max(Duration::from_millis(50));
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(every).await;
-                    match ledger.renew_lease(&session, &holder, ttl) {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            tracing::warn!(%session, "lost the runner lease to another process; stopping");
-                            cancel.cancel();
-                            return;
-                        }
-                        Err(e) => {
-                            tracing::warn!(%session, error = %e, "could not renew the runner lease")
-                        }
-                    }
-                }
-            })
-        };
-        // Whatever way the run ends (an error, a panic caught by the runner, a
-        // dropped future), the heartbeat stops, the status goes idle and the
-        // lease is given back.
-        let _release = Release {
-            core: self,
-            session,
-            heartbeat,
-        };
-        run_loop::run(&self.inner, session, &cancel).await
+        self.inner.actors.cancel(session)
     }
 }
 

@@ -1,5 +1,5 @@
 //! Phase marks of one step, for the trace: the model request, its first
-//! token, the step's finish, and each wait before a retry. The processor
+//! token, the step's finish, and each wait before a retry. The turn
 //! calls one of these per phase; writing a mark never fails the step (a
 //! trace is a view, the step is the work).
 

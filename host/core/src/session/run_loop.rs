@@ -1,5 +1,5 @@
 //! `run_loop`: each round re-reads the ledger, decides whether the session
-//! is done, and if not asks the model once more through the processor.
+//! is done, and if not asks the model once more through a [`turn`](super::turn).
 //!
 //! The exit rule: the latest assistant message is finished, newer than the
 //! latest user message, its finish reason is not `tool-calls`, and it holds
@@ -19,19 +19,19 @@ use warden_protocol::{
 };
 
 use super::history::{self, assistant};
-use super::processor::{Outcome, Processor};
+use super::turn::{Calls, Outcome, Step, Turn};
 use super::{CoreInner, compaction, system};
 use crate::agent::Agent;
 use crate::clock::now_ms;
 use crate::error::{CoreError, Result};
-use crate::ledger::{PartWrite, id};
+use crate::ledger::id;
 use crate::permission;
 use crate::tool::ToolDef;
 
 /// Said of tool calls found open when a run starts: their process died.
 const STALE: &str = "the warden process running this call stopped before it finished";
 
-/// Run the session until the exit rule holds, the processor says stop, or
+/// Run the session until the exit rule holds, the turn says stop, or
 /// the run is cancelled. Returns the last assistant message.
 pub(crate) async fn run(
     core: &CoreInner,
@@ -44,6 +44,8 @@ pub(crate) async fn run(
         if cancel.is_cancelled() {
             break;
         }
+        // A runner that lost its lease starts no new step.
+        core.ledger.check_fence(session_id)?;
         core.status.set(session_id, SessionStatus::Busy);
         let session = core.ledger.session(session_id)?;
         let all = core.ledger.history(session_id)?;
@@ -163,18 +165,17 @@ pub(crate) async fn run(
             max_output_tokens: model.info.output_limit,
         };
 
-        let outcome = Processor::new(
-            core,
-            &session,
+        let step = Step {
+            session: &session,
             agent,
-            &model,
+            model: &model,
             info,
-            &msgs,
+            history: &msgs,
             tools,
-            cancel.clone(),
-        )
-        .process(request)
-        .await?;
+        };
+        let outcome = Turn::new(core, step, cancel.clone())
+            .process(request)
+            .await?;
         match outcome {
             Outcome::Continue => continue,
             Outcome::Stop => break,
@@ -234,14 +235,7 @@ fn recover_stale(core: &CoreInner, session_id: &SessionId) -> Result<()> {
         if info.time.completed.is_some() {
             continue;
         }
-        for mut part in m.parts {
-            if let PartBody::Tool { state, .. } = &mut part.body
-                && let Some(next) = state.interrupt(STALE, now)
-            {
-                *state = next;
-                core.ledger.put_part(&part, PartWrite::Changed)?;
-            }
-        }
+        Calls::recover(&core.ledger, m.parts, STALE)?;
         info.time.completed = Some(now);
         info.error.get_or_insert(MessageError::Interrupted {
             message: "the process running this step stopped before it ended; the session was resumed from the ledger"

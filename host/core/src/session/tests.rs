@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use warden_protocol::llm::AssistantContent;
-use warden_protocol::{ChatMessage, Event, LlmRequest, ModelRef, PartBody, ToolState};
+use warden_protocol::{ChatMessage, Event, LlmEvent, LlmRequest, ModelRef, PartBody, ToolState};
 
 use super::*;
 use crate::llm::scripted::ScriptedProvider;
@@ -16,10 +16,13 @@ use crate::tool::{
     PatternSource, ToolDef, ToolOutput,
 };
 
-/// `echo` returns its arguments; `fail` always fails.
+/// `echo` returns its arguments; `fail` always fails. Hooks are given by
+/// the test: `rewriter` rewrites the arguments to `{"path": "rewritten"}`,
+/// any other allows.
 #[derive(Default)]
 struct RustTools {
     ran: Mutex<Vec<String>>,
+    hooks: Vec<HookDef>,
 }
 
 #[async_trait::async_trait]
@@ -42,7 +45,7 @@ impl ToolHost for RustTools {
             .collect()
     }
     fn hooks(&self) -> Vec<HookDef> {
-        Vec::new()
+        self.hooks.clone()
     }
     async fn execute(
         &self,
@@ -66,13 +69,20 @@ impl ToolHost for RustTools {
     }
     async fn before(
         &self,
-        _: &HookDef,
+        hook: &HookDef,
         _: &CallContext,
-        _: &str,
+        tool: &str,
         _: &str,
         _: Arc<dyn CallObserver>,
     ) -> std::result::Result<BeforeDecision, GuestError> {
-        Ok(BeforeDecision::Allow)
+        self.ran
+            .lock()
+            .unwrap()
+            .push(format!("hook {} {tool}", hook.guest.plugin));
+        Ok(match hook.guest.plugin.as_str() {
+            "rewriter" => BeforeDecision::Rewrite(json!({"path": "rewritten"}).to_string()),
+            _ => BeforeDecision::Allow,
+        })
     }
     async fn after(
         &self,
@@ -87,7 +97,7 @@ impl ToolHost for RustTools {
     }
 }
 
-struct OneModel(Arc<ScriptedProvider>, Option<u64>);
+struct OneModel(Arc<dyn crate::llm::Provider>, Option<u64>);
 
 impl ModelResolver for OneModel {
     fn resolve(&self, model: &ModelRef) -> Result<ResolvedModel> {
@@ -112,17 +122,27 @@ struct Setup {
 }
 
 fn setup(cassette: Value, config: &str) -> Setup {
+    setup_with(cassette, config, RustTools::default(), None)
+}
+
+/// [`setup`] with these tools, and optionally another model than the cassette.
+fn setup_with(
+    cassette: Value,
+    config: &str,
+    tools: RustTools,
+    model: Option<Arc<dyn crate::llm::Provider>>,
+) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cassette.json");
     std::fs::write(&path, cassette.to_string()).unwrap();
     let provider = Arc::new(ScriptedProvider::load(&path).unwrap());
-    let tools = Arc::new(RustTools::default());
+    let tools = Arc::new(tools);
     let ledger = Ledger::in_memory(Bus::new()).unwrap();
     let core = Core::new(
         ledger,
         tools.clone(),
         Arc::new(OneModel(
-            provider.clone(),
+            model.unwrap_or_else(|| provider.clone() as Arc<dyn crate::llm::Provider>),
             cassette["context_limit"].as_u64(),
         )),
         Config::parse(config).unwrap(),
@@ -546,4 +566,272 @@ async fn overflowing_again_right_after_a_compaction_stops_instead_of_looping() {
         }
     }
     assert!(warned);
+}
+
+fn hook(plugin: &str, before: &[&str]) -> HookDef {
+    HookDef {
+        guest: GuestRef {
+            plugin: plugin.into(),
+            hash: "1".repeat(64),
+        },
+        before: before.iter().map(|s| s.to_string()).collect(),
+        after: Vec::new(),
+        fail_open: false,
+    }
+}
+
+#[tokio::test]
+async fn a_call_that_fails_after_a_hook_rewrote_it_records_the_rewritten_input() {
+    let tools = RustTools {
+        hooks: vec![hook("rewriter", &["fail", "echo"])],
+        ..RustTools::default()
+    };
+    let s = setup_with(
+        json!({"turns": [
+            {"tool_calls": [call("c1", "fail", json!({"path": "a"}))]},
+            {"tool_calls": [call("c2", "echo", json!({"path": "b"}))]},
+            {"text": "done"}
+        ]}),
+        "{}",
+        tools,
+        None,
+    );
+    s.core.prompt(prompt(&s, "go")).await.unwrap();
+    let rewritten = json!({"path": "rewritten"});
+    let states = tool_states(&s);
+    assert_eq!(states.len(), 2, "{states:?}");
+    match &states[0] {
+        ToolState::Error {
+            input,
+            error,
+            interrupted: false,
+            ..
+        } => {
+            assert_eq!(input, &rewritten, "a failed call keeps what it ran with");
+            assert_eq!(error, "it failed");
+        }
+        other => panic!("{other:?}"),
+    }
+    match &states[1] {
+        ToolState::Completed { input, .. } => assert_eq!(input, &rewritten),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        *s.tools.ran.lock().unwrap(),
+        [
+            "hook rewriter fail",
+            r#"fail {"path":"rewritten"}"#,
+            "hook rewriter echo",
+            r#"echo {"path":"rewritten"}"#,
+        ]
+    );
+    assert_eq!(
+        tool_timeline(&s),
+        [
+            ("c1".to_string(), "pending".to_string()),
+            ("c1".to_string(), "running".to_string()),
+            ("c1".to_string(), "error".to_string()),
+            ("c2".to_string(), "pending".to_string()),
+            ("c2".to_string(), "running".to_string()),
+            ("c2".to_string(), "completed".to_string()),
+        ]
+    );
+    // The audit rows of the failed call were written with its error.
+    let c1: Vec<(String, String, String)> = s
+        .core
+        .ledger()
+        .audit_trail(&s.session.id)
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.call_id.as_deref() == Some("c1"))
+        .map(|a| (a.stage, a.subject, a.outcome.unwrap_or_default()))
+        .collect();
+    let row = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
+    assert_eq!(
+        c1,
+        [
+            row("permission", "fail", "ok"),
+            row("before", "hook:rewriter", "rewrite"),
+            row("permission", "fail", "ok"),
+            row("tool", "fail", "it failed"),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn hook_tool_patterns_are_globs_with_alternatives() {
+    let tools = RustTools {
+        hooks: vec![
+            hook("braces", &["{echo,fail}"]),
+            hook("class", &["[ef]cho"]),
+            hook("other", &["{read,write}"]),
+        ],
+        ..RustTools::default()
+    };
+    let s = setup_with(
+        json!({"turns": [
+            {"tool_calls": [call("c1", "echo", json!({"path": "a"}))]},
+            {"text": "done"}
+        ]}),
+        "{}",
+        tools,
+        None,
+    );
+    s.core.prompt(prompt(&s, "go")).await.unwrap();
+    assert_eq!(
+        *s.tools.ran.lock().unwrap(),
+        [
+            "hook braces echo",
+            "hook class echo",
+            r#"echo {"path":"a"}"#
+        ]
+    );
+}
+
+/// A model whose stream the test writes event by event.
+struct Remote(Mutex<std::collections::VecDeque<tokio::sync::mpsc::UnboundedReceiver<LlmEvent>>>);
+
+#[async_trait::async_trait]
+impl crate::llm::Provider for Remote {
+    async fn stream(
+        &self,
+        _: LlmRequest,
+    ) -> std::result::Result<crate::llm::EventStream, warden_protocol::ProviderError> {
+        let rx = self.0.lock().unwrap().pop_front().ok_or_else(|| {
+            warden_protocol::ProviderError::new(
+                warden_protocol::llm::ErrorKind::BadRequest,
+                "no more streams",
+            )
+        })?;
+        Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|e| (e, rx))
+        })))
+    }
+}
+
+fn tool_call_event(id: &str, args: Value) -> LlmEvent {
+    LlmEvent::ToolCall {
+        call_id: id.into(),
+        name: "echo".into(),
+        input: args.to_string(),
+        provider_executed: false,
+    }
+}
+
+fn finish(reason: warden_protocol::FinishReason) -> [LlmEvent; 2] {
+    [
+        LlmEvent::FinishStep {
+            reason,
+            raw_reason: None,
+            usage: Default::default(),
+        },
+        LlmEvent::Finish {
+            reason,
+            usage: Default::default(),
+        },
+    ]
+}
+
+#[tokio::test]
+async fn an_always_answer_applies_at_once_to_a_later_call_of_the_same_step() {
+    use tokio::sync::mpsc::unbounded_channel;
+    use warden_protocol::{FinishReason, PermissionReply};
+    let (step1, rx1) = unbounded_channel();
+    let (step2, rx2) = unbounded_channel();
+    let remote = Arc::new(Remote(Mutex::new([rx1, rx2].into())));
+    let s = setup_with(
+        json!({"turns": []}),
+        r#"{"permission": {"echo": "ask"}}"#,
+        RustTools::default(),
+        Some(remote as Arc<dyn crate::llm::Provider>),
+    );
+    let _attached = s.core.permissions().attach();
+    let mut events = s.core.bus().subscribe();
+    let core = s.core.clone();
+    let input = prompt(&s, "go");
+    let run = tokio::spawn(async move { core.prompt(input).await });
+
+    step1.send(LlmEvent::StartStep).unwrap();
+    step1
+        .send(tool_call_event("c1", json!({"path": "a"})))
+        .unwrap();
+    // The first call is asked about; the answer is `always`.
+    let asked = loop {
+        if let Event::PermissionAsked { request } = &*events.recv().await.unwrap() {
+            break request.clone();
+        }
+    };
+    assert_eq!(asked.permission, "echo");
+    assert_eq!(asked.patterns, ["a"]);
+    s.core
+        .permissions()
+        .reply(&asked.id, PermissionReply::Always)
+        .unwrap();
+    // The first call ends before the model makes its second.
+    loop {
+        if let Event::PartUpdated { part, .. } = &*events.recv().await.unwrap()
+            && part.call_id() == Some("c1")
+            && part.tool_state().is_some_and(|s| s.is_terminal())
+        {
+            break;
+        }
+    }
+    // Only then does the model make its second call, in the same step.
+    step1
+        .send(tool_call_event("c2", json!({"path": "a"})))
+        .unwrap();
+    for e in finish(FinishReason::ToolCalls) {
+        step1.send(e).unwrap();
+    }
+    drop(step1);
+    step2.send(LlmEvent::StartStep).unwrap();
+    step2
+        .send(LlmEvent::TextDelta {
+            id: "t".into(),
+            text: "done".into(),
+        })
+        .unwrap();
+    for e in finish(FinishReason::Stop) {
+        step2.send(e).unwrap();
+    }
+    drop(step2);
+    let answer = run.await.unwrap().unwrap();
+    assert_eq!(answer.text(), "done");
+
+    let mut asked_again = 0;
+    while let Ok(e) = events.try_recv() {
+        if matches!(&*e, Event::PermissionAsked { .. }) {
+            asked_again += 1;
+        }
+    }
+    assert_eq!(asked_again, 0, "the second call was not asked about");
+    assert_eq!(
+        *s.tools.ran.lock().unwrap(),
+        [r#"echo {"path":"a"}"#, r#"echo {"path":"a"}"#]
+    );
+    let trail: Vec<[String; 5]> = s
+        .core
+        .ledger()
+        .audit_trail(&s.session.id)
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.stage != "tool")
+        .map(|a| {
+            [
+                a.call_id.unwrap_or_default(),
+                a.stage,
+                a.subject,
+                a.decision,
+                a.rule.unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let row = |a: &str, b: &str, c: &str, d: &str, e: &str| [a, b, c, d, e].map(str::to_string);
+    assert_eq!(
+        trail,
+        [
+            row("c1", "ask", "echo", "asked:always", "a"),
+            row("c2", "permission", "echo", "allowed", "echo a allow"),
+        ]
+    );
 }

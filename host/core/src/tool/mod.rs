@@ -1,18 +1,18 @@
 //! Tools as the core sees them: definitions, the [`ToolHost`] seam behind
-//! which guests run, and the host boundary ([`call`]) that checks permission
-//! and runs hooks before and after every call.
+//! which guests run, and what a guest call sees and returns. The host
+//! boundary that checks permission and runs hooks around every call is
+//! [`crate::boundary`].
 //!
 //! The core never knows how a guest runs: `warden-runtime` implements
 //! [`ToolHost`] with wasmtime; tests may implement it with plain Rust.
 
-pub mod call;
 pub mod url;
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use warden_protocol::{MessageId, SessionId};
+use warden_protocol::{CallId, MessageId, SessionId};
 
 /// Where a tool's permission pattern comes from in its arguments.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,7 +84,7 @@ pub struct HookDef {
 pub struct CallContext {
     pub session_id: SessionId,
     pub message_id: MessageId,
-    pub call_id: String,
+    pub call_id: CallId,
     pub agent: String,
     /// The session's working directory (absolute).
     pub directory: String,

@@ -2,7 +2,7 @@
 //!
 //! Each MCP connection is a warden session (titled after the client), and
 //! each `tools/call` goes through the same host boundary as a session's call
-//! ([`warden_core::tool::call::run`]): the default agent's rules and the
+//! ([`warden_core::boundary::run`]): the default agent's rules and the
 //! session's, warden's protected files, before and after hooks, the
 //! plugin's grants and limits, and the audit trail. The trail of every call
 //! starts with a `caller` row naming the MCP client. An `ask` becomes an
@@ -26,10 +26,10 @@ use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use warden_core::Core;
+use warden_core::boundary::{self, CallRequest, Rules};
 use warden_core::clock::now_ms;
 use warden_core::ledger::{AuditEntry, id};
 use warden_core::tool::CallContext;
-use warden_core::tool::call::{self, CallRequest};
 use warden_protocol::{MessageId, SessionId};
 
 use crate::McpError as Error;
@@ -151,19 +151,21 @@ impl WardenMcp {
         }
         let req = CallRequest {
             ctx: CallContext {
-                session_id,
+                session_id: session_id.clone(),
                 message_id,
-                call_id,
+                call_id: call_id.into(),
                 agent: agent.name.clone(),
                 directory: session.directory.clone(),
             },
             tool: def,
             input,
-            rules: [agent.rules.as_slice(), session.permission.as_slice()].concat(),
+            rules: Rules::new(agent.rules.clone(), session_id.clone()),
             cancel: CancellationToken::new(),
             progress: Arc::new(|_, _| {}),
         };
-        Ok(tools::result(call::run(&self.core.call_env(), req).await))
+        Ok(tools::result(
+            boundary::run(&self.core.call_env(), req).await,
+        ))
     }
 }
 

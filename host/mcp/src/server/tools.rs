@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
-use warden_core::tool::call::CallOutcome;
+use warden_core::boundary::CallOutcome;
 use warden_core::tool::{PatternSource, ToolDef};
 
 /// The shape of every structured result: what a warden tool returns.
@@ -64,13 +64,16 @@ pub fn result(outcome: CallOutcome) -> CallToolResult {
             }));
             r
         }
-        CallOutcome::Failed { error, .. } => CallToolResult::error(vec![ContentBlock::text(error)]),
+        CallOutcome::Failed { failure, .. } => {
+            CallToolResult::error(vec![ContentBlock::text(failure.to_string())])
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use warden_core::boundary::CallFailure;
     use warden_core::tool::{GuestRef, ToolOutput};
 
     fn def() -> ToolDef {
@@ -123,13 +126,15 @@ mod tests {
         );
         let failed = result(CallOutcome::Failed {
             input: json!({}),
-            error: "permission denied: no".into(),
-            denied: true,
+            failure: CallFailure::Blocked {
+                plugin: "guard".into(),
+                reason: "no".into(),
+            },
         });
         assert_eq!(failed.is_error, Some(true));
         assert_eq!(
             failed.content[0].as_text().map(|t| t.text.as_str()),
-            Some("permission denied: no")
+            Some("blocked by hook guard: no")
         );
     }
 }

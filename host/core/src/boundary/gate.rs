@@ -1,0 +1,188 @@
+//! The gate: one place where a question about a permission is settled by
+//! the rules or put to whoever is attached, and where the answer is
+//! audited. The tool call, the hooks' own permissions, a guest's `ask` and
+//! the doom-loop guard all come through [`decide`].
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use warden_protocol::{
+    Action, PermissionReply, PermissionRequest, PermissionTool, Rule, SessionId,
+};
+
+use super::audit::{Decision, Outcome, Row, Stage, Trail};
+use crate::ledger::Ledger;
+use crate::permission::{self, Evaluation, Permissions, Refusal};
+use crate::tool::CallContext;
+
+/// The rules a call is decided by: the agent's, fixed for the call, then
+/// the session's, read again at every decision, so an `always` answered
+/// earlier in the same step applies to the next question at once.
+#[derive(Debug, Clone)]
+pub struct Rules {
+    agent: Vec<Rule>,
+    session: SessionId,
+}
+
+impl Rules {
+    pub fn new(agent: Vec<Rule>, session: SessionId) -> Rules {
+        Rules { agent, session }
+    }
+
+    /// The agent's rules followed by the session's as they are now (the
+    /// last match wins).
+    pub fn current(&self, ledger: &Ledger) -> Result<Vec<Rule>, String> {
+        let session = ledger.session(&self.session).map_err(|e| e.to_string())?;
+        Ok([self.agent.as_slice(), session.permission.as_slice()].concat())
+    }
+
+    /// [`permission::evaluate_all`] over [`Rules::current`].
+    pub fn evaluate(
+        &self,
+        ledger: &Ledger,
+        permission: &str,
+        patterns: &[String],
+    ) -> Result<Evaluation, String> {
+        let rules = self.current(ledger)?;
+        Ok(permission::evaluate_all(permission, patterns, &[&rules]))
+    }
+}
+
+/// One question for the gate, and how its answer is audited.
+#[derive(Debug, Clone)]
+pub struct Question {
+    pub permission: String,
+    pub patterns: Vec<String>,
+    /// Shown to whoever is asked.
+    pub metadata: Value,
+    /// The stage and subject of the row written when a rule decides.
+    pub stage: Stage,
+    pub subject: String,
+    pub plugin_hash: Option<String>,
+    /// The subject of the row written when a person is asked.
+    pub asked_as: String,
+    /// How a denial ends ([`Outcome::Refused`], or [`Outcome::Skipped`] for
+    /// a hook an operator switched off).
+    pub on_deny: Outcome,
+    /// Write no row when a rule decides (only a question is worth one).
+    pub quiet: bool,
+}
+
+/// What the gate decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// A rule allowed it, or the answer was `once` / `always`.
+    Allowed,
+    /// A rule denied it.
+    Denied { rule: String },
+    /// It was asked about and not approved.
+    Rejected {
+        /// Why: nobody attached, a person said no, the deadline passed, the
+        /// last watcher left or the session was aborted.
+        why: Refusal,
+    },
+}
+
+/// What a decision needs besides the question.
+pub struct Gate<'a> {
+    pub permissions: &'a Permissions,
+    pub trail: &'a Trail,
+    pub ctx: &'a CallContext,
+    pub cancel: &'a CancellationToken,
+}
+
+/// Settle `question` by the evaluation of the rules, asking when they say
+/// `ask`, and audit the decision.
+pub async fn decide(gate: &Gate<'_>, question: Question, eval: Evaluation) -> Verdict {
+    let rule = eval.describe();
+    match eval.action {
+        Action::Allow => {
+            if !question.quiet {
+                gate.trail
+                    .push(settled(&question, Decision::Allowed, Outcome::Ok, &rule));
+            }
+            Verdict::Allowed
+        }
+        Action::Deny => {
+            if !question.quiet {
+                let outcome = question.on_deny.clone();
+                gate.trail
+                    .push(settled(&question, Decision::Denied, outcome, &rule));
+            }
+            Verdict::Denied { rule }
+        }
+        Action::Ask => {
+            let patterns = question.patterns.join(" ");
+            let request = PermissionRequest {
+                id: String::new(),
+                session_id: gate.ctx.session_id.clone(),
+                permission: question.permission.clone(),
+                always: literal(&question.patterns),
+                patterns: question.patterns,
+                metadata: question.metadata,
+                tool: Some(PermissionTool {
+                    message_id: gate.ctx.message_id.clone(),
+                    call_id: gate.ctx.call_id.clone(),
+                }),
+            };
+            let asked = std::time::Instant::now();
+            let answer = gate.permissions.ask_why(request, gate.cancel).await;
+            let reply = answer.reply;
+            let refused = reply == PermissionReply::Reject;
+            gate.trail.push(
+                Row::new(
+                    Stage::Ask,
+                    question.asked_as,
+                    Decision::Asked(reply),
+                    if refused {
+                        Outcome::Refused
+                    } else {
+                        Outcome::Ok
+                    },
+                )
+                .rule(patterns)
+                // How long the question waited: the trace shows it apart from running.
+                .waited(asked.elapsed()),
+            );
+            if refused {
+                Verdict::Rejected {
+                    why: answer.refusal.unwrap_or(Refusal::Rejected),
+                }
+            } else {
+                Verdict::Allowed
+            }
+        }
+    }
+}
+
+fn settled(q: &Question, decision: Decision, outcome: Outcome, rule: &str) -> Row {
+    let mut row = Row::new(q.stage, q.subject.clone(), decision, outcome).rule(rule);
+    row.plugin_hash = q.plugin_hash.clone();
+    row
+}
+
+/// The patterns an `always` answer may turn into rules: only literal ones.
+/// A pattern taken from the model's arguments (or `*` for a missing one)
+/// must never become a glob that allows more than was asked about.
+fn literal(patterns: &[String]) -> Vec<String> {
+    patterns
+        .iter()
+        .filter(|p| !p.contains(['*', '?']))
+        .cloned()
+        .collect()
+}
+
+/// Permissions a guest may not ask for itself: globs, hook switches and the
+/// doom-loop guard are the operator's.
+pub fn guest_may_ask(permission: &str) -> Result<(), String> {
+    if permission.is_empty()
+        || permission.contains(['*', '?'])
+        || permission.starts_with("hook")
+        || permission == "doom_loop"
+        || permission.chars().any(char::is_control)
+    {
+        return Err(format!(
+            "a plugin may not ask for the permission {permission:?}"
+        ));
+    }
+    Ok(())
+}

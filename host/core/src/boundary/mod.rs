@@ -1,0 +1,267 @@
+//! The host boundary: one tool call, in this order:
+//!
+//! 1. the tool was resolved by the caller (unknown tools never get here);
+//! 2. **permission** for (agent + session rules, tool, pattern from the
+//!    arguments), settled by the [`gate`]: allow, deny, or ask whoever is
+//!    attached; a denied call reaches no guest at all;
+//! 3. each matching **before hook** ([`hooks`], itself permission-checked)
+//!    may allow, block, ask, or rewrite the arguments, which are then
+//!    checked again, so a hook can never widen a permission;
+//! 4. the **tool** guest runs;
+//! 5. each matching **after hook** may rewrite the output;
+//! 6. every decision and guest call is a typed row of the call's [`audit`]
+//!    trail, handed back with the outcome so the caller writes it together
+//!    with the call's terminal state.
+//!
+//! A call that does not complete ends in a [`CallFailure`], whose text is
+//! what the model is shown. Where to start reading: [`run`].
+
+pub mod audit;
+pub mod failure;
+pub mod gate;
+pub mod hooks;
+mod observer;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use warden_protocol::Action;
+
+pub use audit::{Decision, MAX_AUDIT_ROWS, Outcome, Stage, Trail};
+pub use failure::{CallFailure, HookStage};
+pub use gate::{Question, Rules, Verdict};
+
+use crate::ledger::{AuditEntry, Ledger};
+use crate::permission::Permissions;
+use crate::tool::{CallContext, CallObserver, PatternSource, ToolDef, ToolHost, ToolOutput};
+use audit::Row;
+use gate::Gate;
+
+/// What the boundary needs from the core.
+#[derive(Clone)]
+pub struct CallEnv {
+    pub ledger: Ledger,
+    pub permissions: Permissions,
+    pub host: Arc<dyn ToolHost>,
+    /// Paths no tool may touch through its path argument, whatever the rules.
+    protected: Arc<[Protected]>,
+}
+
+/// A path that belongs to warden itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Protected {
+    pub path: std::path::PathBuf,
+    /// Only writes (the `edit` permission) are refused; reading is fine.
+    pub writes_only: bool,
+}
+
+impl CallEnv {
+    pub fn new(ledger: Ledger, permissions: Permissions, host: Arc<dyn ToolHost>) -> CallEnv {
+        CallEnv {
+            ledger,
+            permissions,
+            host,
+            protected: Arc::from(Vec::new()),
+        }
+    }
+
+    /// Paths that are off limits to tools (warden's config file and data dir).
+    pub fn protecting(mut self, protected: Arc<[Protected]>) -> CallEnv {
+        self.protected = protected;
+        self
+    }
+}
+
+/// Called with progress a guest reports while it runs.
+pub type ProgressFn = Arc<dyn Fn(Option<String>, Value) + Send + Sync>;
+
+/// One call to run.
+pub struct CallRequest {
+    pub ctx: CallContext,
+    pub tool: ToolDef,
+    /// The parsed arguments (an object).
+    pub input: Value,
+    /// The agent's rules, then the session's as they stand at each decision.
+    pub rules: Rules,
+    pub cancel: CancellationToken,
+    pub progress: ProgressFn,
+}
+
+/// How the call ended. Both carry the arguments the call ended with (after
+/// any hook rewrote them).
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallOutcome {
+    Completed { input: Value, output: ToolOutput },
+    Failed { input: Value, failure: CallFailure },
+}
+
+/// Run one call through the boundary and write its audit trail (for front
+/// ends without a call table, such as the MCP server).
+pub async fn run(env: &CallEnv, req: CallRequest) -> CallOutcome {
+    let (outcome, trail) = run_audited(env, req).await;
+    if let Err(e) = env.ledger.audit_all(&trail) {
+        tracing::warn!(error = %e, "could not write the audit trail");
+    }
+    outcome
+}
+
+/// Run one call through the boundary; its audit rows are returned for the
+/// caller to write with the call's terminal state.
+pub async fn run_audited(env: &CallEnv, req: CallRequest) -> (CallOutcome, Vec<AuditEntry>) {
+    let trail = Trail::new(&req.ctx);
+    let observer: Arc<dyn CallObserver> = Arc::new(observer::Observer {
+        env: env.clone(),
+        trail: trail.clone(),
+        ctx: req.ctx.clone(),
+        url_permission: matches!(req.tool.pattern, PatternSource::Url(_))
+            .then(|| req.tool.permission.clone()),
+        rules: req.rules.clone(),
+        cancel: req.cancel.clone(),
+        progress: req.progress.clone(),
+    });
+    let call = Call {
+        env,
+        req: &req,
+        trail,
+        observer,
+    };
+    let mut input = req.input.clone();
+    let outcome = match boundary(&call, &mut input).await {
+        Ok(output) => CallOutcome::Completed { input, output },
+        Err(failure) => CallOutcome::Failed { input, failure },
+    };
+    (outcome, call.trail.take())
+}
+
+/// One call under way.
+pub(crate) struct Call<'a> {
+    env: &'a CallEnv,
+    req: &'a CallRequest,
+    trail: Trail,
+    observer: Arc<dyn CallObserver>,
+}
+
+impl Call<'_> {
+    fn gate(&self) -> Gate<'_> {
+        Gate {
+            permissions: &self.env.permissions,
+            trail: &self.trail,
+            ctx: &self.req.ctx,
+            cancel: &self.req.cancel,
+        }
+    }
+}
+
+async fn boundary(call: &Call<'_>, input: &mut Value) -> Result<ToolOutput, CallFailure> {
+    let tool = &call.req.tool;
+    check_call(call, input).await?;
+    hooks::run_stage(call, HookStage::Before, input, None).await?;
+
+    let started = Instant::now();
+    let result = call
+        .env
+        .host
+        .execute(
+            tool,
+            &call.req.ctx,
+            &input.to_string(),
+            call.observer.clone(),
+        )
+        .await;
+    let row = |outcome| {
+        Row::new(Stage::Tool, tool.id.clone(), Decision::Ran, outcome)
+            .guest(&tool.guest.hash, Some(started.elapsed()))
+    };
+    let mut output = match result {
+        Ok(o) => {
+            call.trail.push(row(Outcome::Ok));
+            o
+        }
+        Err(e) => {
+            call.trail.push(row(Outcome::Failed(e.to_string())));
+            return Err(CallFailure::Guest(e));
+        }
+    };
+
+    hooks::run_stage(call, HookStage::After, input, Some(&mut output)).await?;
+    Ok(output)
+}
+
+/// Permission for the call with these arguments.
+async fn check_call(call: &Call<'_>, input: &Value) -> Result<(), CallFailure> {
+    let (env, req) = (call.env, call.req);
+    let tool = &req.tool;
+    // warden's own state is not the agent's to change, whatever the rules
+    // say: a model talked into rewriting the config could grant itself more.
+    if let PatternSource::Path(arg) = &tool.pattern
+        && let Some(path) = input.get(arg).and_then(Value::as_str)
+    {
+        let real = crate::tool::real_path(path, &req.ctx.directory);
+        if let Some(p) = env
+            .protected
+            .iter()
+            .find(|p| real.starts_with(&p.path) && (!p.writes_only || tool.permission == "edit"))
+        {
+            call.trail.push(
+                Row::new(
+                    Stage::Permission,
+                    tool.id.clone(),
+                    Decision::Denied,
+                    Outcome::Refused,
+                )
+                .rule("warden's own files"),
+            );
+            return Err(CallFailure::Protected {
+                path: p.path.clone(),
+                writes_only: p.writes_only,
+            });
+        }
+    }
+    let pattern = crate::tool::pattern_of(&tool.pattern, input, &req.ctx.directory);
+    let mut eval = req
+        .rules
+        .evaluate(
+            &env.ledger,
+            &tool.permission,
+            std::slice::from_ref(&pattern),
+        )
+        .map_err(CallFailure::Rules)?;
+    // A tool the operator never mapped to a permission and an argument is
+    // invisible to path and URL rules, so a blanket `*` allow must not run
+    // it unseen: only a rule naming its permission allows it.
+    if !tool.mapped
+        && eval.action == Action::Allow
+        && eval
+            .rule
+            .as_ref()
+            .is_none_or(|r| r.permission != tool.permission)
+    {
+        eval.action = Action::Ask;
+    }
+    let question = Question {
+        permission: tool.permission.clone(),
+        patterns: vec![pattern.clone()],
+        metadata: json!({"tool": tool.id, "input": input}),
+        stage: Stage::Permission,
+        subject: tool.id.clone(),
+        plugin_hash: None,
+        asked_as: tool.permission.clone(),
+        on_deny: Outcome::Refused,
+        quiet: false,
+    };
+    match gate::decide(&call.gate(), question, eval).await {
+        Verdict::Allowed => Ok(()),
+        Verdict::Denied { rule } => Err(CallFailure::Denied {
+            permission: tool.permission.clone(),
+            pattern,
+            rule,
+        }),
+        Verdict::Rejected { why } => Err(CallFailure::Rejected {
+            permission: tool.permission.clone(),
+            pattern,
+            why,
+        }),
+    }
+}

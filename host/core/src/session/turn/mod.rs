@@ -1,0 +1,550 @@
+//! One turn: one model step of the loop. The attempt loop here asks the
+//! model (retrying provider failures per the policy) and routes what it
+//! streams to one owner per mechanic:
+//!
+//! - [`sink`]: text and reasoning become parts, with the flush policy;
+//! - [`calls`]: the call table, the only place tool states change (written
+//!   with the audit rows that caused them, in one transaction);
+//! - [`runs`]: the calls running through the boundary in their own tasks;
+//! - [`doom`]: the doom-loop guard.
+//!
+//! It tells the loop what comes next: `continue`, `stop` (blocked by a
+//! denial, or the assistant errored) or `compact` (context overflow).
+
+mod calls;
+mod doom;
+mod runs;
+mod sink;
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use warden_protocol::{
+    AssistantInfo, CallId, Event, LlmEvent, LlmRequest, MessageError, MessageInfo,
+    MessageWithParts, PartBody, ProviderError, SessionInfo, SessionStatus, ToolState,
+};
+
+use super::phase_marks::PhaseMarks;
+use super::CoreInner;
+use crate::agent::Agent;
+use crate::boundary::{CallEnv, CallFailure, CallOutcome, CallRequest, Rules};
+use crate::clock::now_ms;
+use crate::error::{CoreError, Result};
+use crate::llm::{EventStream, ResolvedModel};
+use crate::tool::{CallContext, ToolDef, ToolOutput};
+use calls::{CallTable, Open};
+use runs::{Feedback, Runs};
+use sink::PartsSink;
+
+pub(crate) use calls::CallTable as Calls;
+
+/// Said of tool calls an abort stopped.
+const ABORTED: &str = "the session was aborted before the call finished";
+
+/// What the loop does after a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Continue,
+    Stop,
+    Compact,
+}
+
+/// Why consuming a stream ended early.
+enum Halt {
+    Provider(ProviderError),
+    Cancelled,
+    Core(CoreError),
+}
+
+impl From<CoreError> for Halt {
+    fn from(e: CoreError) -> Self {
+        Halt::Core(e)
+    }
+}
+
+/// What a step is about: the session, who answers, and what they see.
+pub(crate) struct Step<'a> {
+    pub session: &'a SessionInfo,
+    pub agent: &'a Agent,
+    pub model: &'a ResolvedModel,
+    /// The assistant message this step writes (already in the ledger).
+    pub info: AssistantInfo,
+    pub history: &'a [Arc<MessageWithParts>],
+    /// The tools offered on this step.
+    pub tools: Vec<ToolDef>,
+}
+
+pub(crate) struct Turn<'a> {
+    core: &'a CoreInner,
+    step: Step<'a>,
+    cancel: CancellationToken,
+    sink: PartsSink<'a>,
+    calls: CallTable<'a>,
+    runs: Runs,
+    feedback: Option<mpsc::UnboundedReceiver<Feedback>>,
+    blocked: bool,
+    needs_compaction: bool,
+    saw_finish: bool,
+}
+
+impl<'a> Turn<'a> {
+    pub(crate) fn new(core: &'a CoreInner, step: Step<'a>, cancel: CancellationToken) -> Self {
+        let (session_id, message_id) = (step.session.id.clone(), step.info.id.clone());
+        let (runs, feedback) = Runs::new();
+        Turn {
+            core,
+            sink: PartsSink::new(&core.ledger, session_id.clone(), message_id.clone()),
+            calls: CallTable::new(&core.ledger, session_id, message_id),
+            runs,
+            feedback: Some(feedback),
+            step,
+            cancel,
+            blocked: false,
+            needs_compaction: false,
+            saw_finish: false,
+        }
+    }
+
+    /// Ask the model (retrying provider failures per the policy), write its
+    /// answer, run its tool calls, clean up, and say what comes next.
+    pub(crate) async fn process(mut self, request: LlmRequest) -> Result<Outcome> {
+        let Some(mut rx) = self.feedback.take() else {
+            return Err(CoreError::Internal("a turn was run twice".into()));
+        };
+        let session_id = self.step.session.id.clone();
+        let marks = PhaseMarks::new(&self.core.ledger, &session_id, &self.step.info.id);
+        let mut attempt = 0u32;
+        let result = loop {
+            attempt += 1;
+            self.saw_finish = false;
+            // A runner that lost its lease sends no model request.
+            if let Err(e) = self.core.ledger.check_fence(&session_id) {
+                break Err(Halt::Core(e));
+            }
+            marks.request(attempt);
+            let started = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => Err(Halt::Cancelled),
+                s = self.step.model.provider.stream(request.clone()) => s.map_err(Halt::Provider),
+            };
+            let r = match started {
+                Ok(stream) => self.consume(marks.watch(stream), &mut rx).await,
+                Err(h) => Err(h),
+            };
+            match r {
+                // Asking again would have the model call the same tools again,
+                // running their side effects twice: end the step with the calls
+                // it made, and let their results go back to it.
+                Err(Halt::Provider(e)) if self.calls.any_started() => {
+                    self.step
+                        .info
+                        .finish
+                        .get_or_insert(warden_protocol::FinishReason::ToolCalls);
+                    self.core.ledger.bus().publish(Event::SessionWarning {
+                        session_id: session_id.clone(),
+                        message: format!(
+                            "the model's stream failed after it had called tools ({e}); the step ends with those calls instead of asking again"
+                        ),
+                    });
+                    break Ok(());
+                }
+                Err(Halt::Provider(e)) => match self.core.retry.delay(attempt, &e) {
+                    Some(wait) => {
+                        // What the failed attempt streamed is closed and set aside
+                        // (kept, but never shown to the model), so the retry's
+                        // answer is not preceded by a fragment of itself.
+                        self.sink.close()?;
+                        self.sink.ignore_attempt()?;
+                        self.calls
+                            .set_aside("the model's stream failed before the call was complete")?;
+                        marks.retry(attempt, wait, &e);
+                        self.core.status.set(
+                            &session_id,
+                            SessionStatus::Retry {
+                                attempt,
+                                message: e.to_string(),
+                                next: now_ms() + wait.as_millis() as i64,
+                            },
+                        );
+                        let cancelled = tokio::select! {
+                            _ = self.cancel.cancelled() => true,
+                            _ = tokio::time::sleep(wait) => false,
+                        };
+                        self.core.status.set(&session_id, SessionStatus::Busy);
+                        if cancelled {
+                            break Err(Halt::Cancelled);
+                        }
+                    }
+                    None => break Err(Halt::Provider(e)),
+                },
+                other => break other,
+            }
+        };
+
+        let cleanup_reason = match result {
+            Ok(()) => {
+                if self.drain(&mut rx).await? {
+                    ABORTED
+                } else {
+                    "the model's stream ended before the call was complete"
+                }
+            }
+            Err(Halt::Provider(e)) => {
+                self.drain(&mut rx).await?;
+                let error = if e.kind == warden_protocol::llm::ErrorKind::ContextOverflow {
+                    self.needs_compaction = true;
+                    MessageError::ContextOverflow {
+                        message: e.message.clone(),
+                    }
+                } else {
+                    MessageError::Provider {
+                        message: e.message.clone(),
+                        status: e.status,
+                    }
+                };
+                self.core.ledger.bus().publish(Event::SessionError {
+                    session_id: session_id.clone(),
+                    message_id: Some(self.step.info.id.clone()),
+                    error: error.clone(),
+                });
+                self.step.info.error = Some(error);
+                "the model's request failed before the call was complete"
+            }
+            Err(Halt::Cancelled) => {
+                self.runs.abort_all();
+                self.step.info.error = Some(MessageError::Aborted {
+                    message: "the session was cancelled".into(),
+                });
+                ABORTED
+            }
+            Err(Halt::Core(e)) => {
+                self.runs.abort_all();
+                // Best effort: leave no open parts behind, then report the real failure.
+                let _ = self.sink.close();
+                let _ = self.calls.interrupt(
+                    Open::All,
+                    "warden stopped this step after an internal error",
+                );
+                self.step.info.time.completed = Some(now_ms());
+                let _ = self
+                    .core
+                    .ledger
+                    .put_message(&MessageInfo::Assistant(self.step.info.clone()));
+                return Err(e);
+            }
+        };
+
+        self.sink.close()?;
+        self.calls.interrupt(Open::All, cleanup_reason)?;
+        self.step.info.time.completed = Some(now_ms());
+        self.core
+            .ledger
+            .put_message(&MessageInfo::Assistant(self.step.info.clone()))?;
+
+        Ok(if self.needs_compaction {
+            Outcome::Compact
+        } else if self.blocked || self.step.info.error.is_some() {
+            Outcome::Stop
+        } else {
+            Outcome::Continue
+        })
+    }
+
+    /// Consume one stream until it ends, fails, or the session is cancelled.
+    async fn consume(
+        &mut self,
+        mut stream: EventStream,
+        rx: &mut mpsc::UnboundedReceiver<Feedback>,
+    ) -> Result<(), Halt> {
+        let cancel = self.cancel.clone();
+        loop {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(Halt::Cancelled),
+                Some(fb) = rx.recv() => self.apply(fb)?,
+                ev = stream.next() => match ev {
+                    Some(ev) => self.handle(ev).await?,
+                    None => break,
+                },
+            }
+            if self.needs_compaction {
+                return Ok(());
+            }
+        }
+        if !self.saw_finish {
+            return Err(Halt::Provider(ProviderError::new(
+                warden_protocol::llm::ErrorKind::Truncated,
+                "the model's stream ended before it finished",
+            )));
+        }
+        Ok(())
+    }
+
+    /// Wait for the tool calls still running; `true` if the session was
+    /// cancelled meanwhile (the calls are then stopped).
+    async fn drain(&mut self, rx: &mut mpsc::UnboundedReceiver<Feedback>) -> Result<bool> {
+        while self.runs.in_flight() > 0 {
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => {
+                    self.runs.abort_all();
+                    self.step.info.error.get_or_insert(MessageError::Aborted { message: "the session was cancelled".into() });
+                    return Ok(true);
+                }
+                Some(fb) = rx.recv() => self.apply(fb)?,
+                // A call task that died without reporting (a bug, a panic) must
+                // not leave the step waiting for it forever.
+                Some(panicked) = self.runs.join_next() => {
+                    if panicked {
+                        tracing::error!("a tool call task panicked; its part ends as an error");
+                        self.runs.ended();
+                        if self.runs.in_flight() == 0 {
+                            self.calls.interrupt(Open::All, "warden failed while running this call")?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    async fn handle(&mut self, ev: LlmEvent) -> Result<(), Halt> {
+        match ev {
+            LlmEvent::Start => {}
+            LlmEvent::StartStep => self.sink.write_new(PartBody::StepStart {})?,
+            LlmEvent::TextStart { id } => self.sink.start(id, false)?,
+            LlmEvent::ReasoningStart { id } => self.sink.start(id, true)?,
+            // Some providers send deltas with no start: the first delta starts the part.
+            LlmEvent::TextDelta { id, text } => {
+                self.sink.start(id.clone(), false)?;
+                self.sink.append(&id, &text)?;
+            }
+            LlmEvent::ReasoningDelta { id, text } => {
+                self.sink.start(id.clone(), true)?;
+                self.sink.append(&id, &text)?;
+            }
+            LlmEvent::TextEnd { id } => self.sink.end(&id, None)?,
+            LlmEvent::ReasoningEnd { id, metadata } => self.sink.end(&id, metadata)?,
+            LlmEvent::ToolInputStart { call_id, name } => {
+                self.calls.open(&call_id.into(), &name)?;
+            }
+            LlmEvent::ToolInputDelta { call_id, delta } => {
+                self.calls.append_raw(&call_id.into(), &delta)
+            }
+            LlmEvent::ToolInputEnd { .. } => {}
+            LlmEvent::ToolCall {
+                call_id,
+                name,
+                input,
+                provider_executed,
+            } => {
+                self.tool_call(call_id.into(), name, input, provider_executed)
+                    .await?
+            }
+            // Results from the stream are for provider-executed tools.
+            LlmEvent::ToolResult {
+                call_id,
+                output,
+                title,
+                metadata,
+            } => {
+                let call_id = CallId::from(call_id);
+                let input = self.calls.input(&call_id);
+                let output = ToolOutput {
+                    output,
+                    title,
+                    metadata,
+                };
+                self.calls
+                    .finish(&call_id, CallOutcome::Completed { input, output }, &[])?;
+            }
+            LlmEvent::ToolError { call_id, error } => {
+                let call_id = CallId::from(call_id);
+                let input = self.calls.input(&call_id);
+                let failure = CallFailure::Guest(crate::tool::GuestError::Failed(error));
+                self.calls
+                    .finish(&call_id, CallOutcome::Failed { input, failure }, &[])?;
+            }
+            LlmEvent::FinishStep { reason, usage, .. } => {
+                self.saw_finish = true;
+                let tokens = usage.tokens();
+                let cost = self.step.model.info.prices.cost(&tokens);
+                let info = &mut self.step.info;
+                info.finish = Some(reason);
+                info.tokens = tokens;
+                info.cost += cost;
+                self.sink.write_new(PartBody::StepFinish {
+                    reason,
+                    tokens,
+                    cost,
+                })?;
+                self.core
+                    .ledger
+                    .put_message(&MessageInfo::Assistant(self.step.info.clone()))?;
+                // A summary is allowed to be big: it is what makes room.
+                if !self.step.info.summary
+                    && super::compaction::is_overflow(&tokens, &self.step.model.info)
+                {
+                    self.needs_compaction = true;
+                }
+            }
+            LlmEvent::Finish { reason, .. } => {
+                self.saw_finish = true;
+                if self.step.info.finish.is_none() {
+                    self.step.info.finish = Some(reason);
+                }
+            }
+            LlmEvent::Error { error } => return Err(Halt::Provider(error)),
+        }
+        Ok(())
+    }
+
+    /// The model finished a call: check it, start it, and hand it to the
+    /// boundary (or fail it with what was wrong, so the model is told).
+    async fn tool_call(
+        &mut self,
+        call_id: CallId,
+        name: String,
+        raw: String,
+        provider_executed: bool,
+    ) -> Result<(), Halt> {
+        let idx = self.calls.open(&call_id, &name)?;
+        if !matches!(self.calls.state(idx), Some(ToolState::Pending { .. })) {
+            return Ok(self.calls.refuse_duplicate(&call_id, &name, &raw)?);
+        }
+        // Arguments: JSON, and an object. Anything else still runs the machine
+        // (pending → running → error) so the model is told what was wrong.
+        let parsed: std::result::Result<Value, String> = match serde_json::from_str::<Value>(&raw) {
+            Ok(v @ Value::Object(_)) => Ok(v),
+            Ok(other) => Err(format!(
+                "the arguments must be a JSON object, but the model sent {}: {}",
+                json_kind(&other),
+                clip(&raw, 200)
+            )),
+            Err(e) => Err(format!(
+                "the arguments are not valid JSON ({e}): {}",
+                clip(&raw, 200)
+            )),
+        };
+        let input = parsed.as_ref().cloned().unwrap_or_else(|_| json!({}));
+        self.calls
+            .start(idx, &name, provider_executed, &raw, input.clone())?;
+        if let Err(error) = parsed {
+            self.calls
+                .fail(idx, None, &CallFailure::BadArguments(error), &[])?;
+            return Ok(());
+        }
+        if provider_executed {
+            return Ok(()); // its result comes in the stream
+        }
+
+        let Some(def) = self.step.tools.iter().find(|t| t.id == name).cloned() else {
+            let failure = CallFailure::UnknownTool {
+                name,
+                offered: self.step.tools.iter().map(|t| t.id.clone()).collect(),
+            };
+            self.calls.fail(idx, None, &failure, &[])?;
+            return Ok(());
+        };
+
+        let ctx = CallContext {
+            session_id: self.step.session.id.clone(),
+            message_id: self.step.info.id.clone(),
+            call_id: call_id.clone(),
+            agent: self.step.agent.name.clone(),
+            directory: self.step.session.directory.clone(),
+        };
+        let rules = Rules::new(self.step.agent.rules.clone(), self.step.session.id.clone());
+        let history = self.step.history;
+        let parent = &self.step.info.parent_id;
+        if doom::is_doom_loop(history, parent, self.calls.parts(), &name, &input) {
+            let (allowed, audit) = doom::allowed(
+                &self.core.ledger,
+                &self.core.permissions,
+                &rules,
+                &ctx,
+                &self.cancel,
+                &name,
+                &input,
+            )
+            .await;
+            if !allowed {
+                let failure = CallFailure::DoomLoop {
+                    tool: name,
+                    times: doom::THRESHOLD,
+                };
+                self.calls.fail(idx, None, &failure, &audit)?;
+                self.blocked = !self.core.config.experimental.continue_loop_on_deny;
+                return Ok(());
+            }
+            self.core.ledger.audit_all(&audit)?;
+        }
+
+        let env = CallEnv::new(
+            self.core.ledger.clone(),
+            self.core.permissions.clone(),
+            self.core.tools.clone(),
+        )
+        .protecting(self.core.protected.clone());
+        let request = CallRequest {
+            ctx,
+            tool: def,
+            input,
+            rules,
+            cancel: self.cancel.child_token(),
+            progress: Arc::new(|_, _| {}),
+        };
+        self.runs.spawn(env, request);
+        Ok(())
+    }
+
+    fn apply(&mut self, fb: Feedback) -> Result<()> {
+        match fb {
+            Feedback::Done {
+                call_id,
+                outcome,
+                audit,
+            } => {
+                let outcome = *outcome;
+                self.runs.ended();
+                if let CallOutcome::Failed { failure, .. } = &outcome
+                    && failure.is_denial()
+                {
+                    self.blocked = !self.core.config.experimental.continue_loop_on_deny;
+                }
+                self.calls.finish(&call_id, outcome, &audit)
+            }
+            Feedback::Progress { call_id, slot } => {
+                let latest = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+                // Progress for a call that already ended is dropped.
+                match latest {
+                    Some((title, metadata)) => self.calls.progress(&call_id, title, metadata),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let kept: String = s.chars().take(max).collect();
+        format!("{kept}…")
+    }
+}

@@ -1,0 +1,146 @@
+//! The plugin contract as the rest of the runtime sees it: runtime-neutral
+//! types, and one module per supported version of `warden:plugin` holding
+//! that version's generated bindings and the conversions to and from them.
+//!
+//! Nothing outside this folder names a generated type. Supporting contract
+//! 0.2.0 means writing `v0_2_0.rs` (its `bindgen!`, a [`Contract`] that
+//! links and wraps it, and the host interface for it) and adding it to
+//! [`CONTRACTS`].
+
+use std::collections::BTreeSet;
+
+use warden_core::tool::CallContext;
+use wasmtime::Store;
+use wasmtime::component::{InstancePre, Linker};
+
+use crate::sandbox::GuestState;
+
+mod v0_1_0;
+
+/// Every contract version this host loads, newest first.
+pub const CONTRACTS: &[&dyn Contract] = &[&v0_1_0::V0_1_0];
+
+/// Which world a plugin implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum World {
+    Tool,
+    Hook,
+}
+
+/// One tool as a plugin describes itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub id: String,
+    pub description: String,
+    /// JSON Schema text, not yet checked.
+    pub parameters: String,
+}
+
+/// Which tool calls a hook plugin wants to see.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HookSpec {
+    pub before: Vec<String>,
+    pub after: Vec<String>,
+}
+
+/// A tool's output as the guest returned it, not yet checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawOutput {
+    pub output: String,
+    pub title: String,
+    /// JSON object text (may be empty).
+    pub metadata: String,
+}
+
+/// How a tool says it failed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolFailure {
+    InvalidArguments(String),
+    Failed(String),
+    Denied(String),
+}
+
+/// A before hook's answer, as the guest returned it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Before {
+    Allow,
+    Block(String),
+    /// Replacement arguments (JSON text).
+    Rewrite(String),
+    Ask(String),
+}
+
+/// An after hook's answer, as the guest returned it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum After {
+    Keep,
+    Rewrite(RawOutput),
+}
+
+/// The level of a guest's log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+/// A tool plugin, pre-instantiated: each call instantiates it afresh in the
+/// store it is given.
+#[async_trait::async_trait]
+pub trait ToolGuest: Send + Sync {
+    async fn describe(&self, store: &mut Store<GuestState>) -> wasmtime::Result<Vec<ToolSpec>>;
+    async fn execute(
+        &self,
+        store: &mut Store<GuestState>,
+        ctx: &CallContext,
+        tool: &str,
+        arguments: &str,
+    ) -> wasmtime::Result<Result<RawOutput, ToolFailure>>;
+}
+
+/// A hook plugin, pre-instantiated.
+#[async_trait::async_trait]
+pub trait HookGuest: Send + Sync {
+    async fn describe(&self, store: &mut Store<GuestState>) -> wasmtime::Result<HookSpec>;
+    async fn before(
+        &self,
+        store: &mut Store<GuestState>,
+        ctx: &CallContext,
+        tool: &str,
+        arguments: &str,
+    ) -> wasmtime::Result<Before>;
+    async fn after(
+        &self,
+        store: &mut Store<GuestState>,
+        ctx: &CallContext,
+        tool: &str,
+        arguments: &str,
+        output: &RawOutput,
+    ) -> wasmtime::Result<After>;
+}
+
+/// One version of the contract.
+pub trait Contract: Sync {
+    /// Its package name and version, e.g. `warden:plugin@0.1.0`.
+    fn name(&self) -> &'static str;
+    /// The world a component with these exports implements, if this version's.
+    fn world_of(&self, exports: &BTreeSet<String>) -> Option<World>;
+    /// Link this version's host interface for `world`.
+    fn add_to_linker(&self, linker: &mut Linker<GuestState>, world: World) -> wasmtime::Result<()>;
+    fn tool_guest(&self, pre: InstancePre<GuestState>) -> wasmtime::Result<Box<dyn ToolGuest>>;
+    fn hook_guest(&self, pre: InstancePre<GuestState>) -> wasmtime::Result<Box<dyn HookGuest>>;
+}
+
+/// The contract version and world a component's exports implement.
+pub fn detect(exports: &BTreeSet<String>) -> Option<(&'static dyn Contract, World)> {
+    CONTRACTS
+        .iter()
+        .find_map(|c| c.world_of(exports).map(|w| (*c, w)))
+}
+
+/// The names of the supported versions, for messages.
+pub fn supported() -> Vec<&'static str> {
+    CONTRACTS.iter().map(|c| c.name()).collect()
+}
