@@ -18,6 +18,7 @@ mod ledger_damage;
 mod loop_rules;
 mod mcp;
 mod opencode;
+mod operator;
 mod plugin_new;
 mod provider_faults;
 mod providers;

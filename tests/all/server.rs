@@ -29,7 +29,7 @@ impl Drop for Server {
 }
 
 impl Server {
-    fn start(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Server {
+    pub(crate) fn start(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Server {
         let mut args = vec!["--allow-scripted"];
         args.extend_from_slice(extra);
         Server::launch(env, &args, vars)

@@ -11,15 +11,19 @@ macro_rules! say {
 }
 
 mod app;
+mod audit_cmd;
 mod author;
 mod demo;
 mod ledger_cmd;
 mod mcp_cmd;
 mod plugin_cmd;
+mod plugin_verify;
 mod render;
 mod run;
 mod serve;
 mod session_cmd;
+mod spinner;
+mod table;
 mod trace;
 
 use std::path::PathBuf;
@@ -51,7 +55,8 @@ pub enum Format {
     /// For people: live tool states and the answer.
     #[default]
     Text,
-    /// One JSON event per line.
+    /// JSON: for `run` and `session resume`, one event per line; for the
+    /// other commands, one document.
     Json,
 }
 
@@ -71,15 +76,10 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// The timeline of every tool call of a session, with times and durations.
-    Trace {
-        /// The session id.
-        id: String,
-        #[arg(long, value_enum, default_value_t)]
-        format: Format,
-        #[command(flatten)]
-        common: Common,
-    },
+    /// Where a session's time went: its phases and every tool call's states (text, json, or an svg timeline).
+    Trace(trace::TraceArgs),
+    /// The audit trail across sessions: filter by plugin, decision and time.
+    Audit(audit_cmd::AuditArgs),
     /// Serve the HTTP API and the live event stream.
     Serve(serve::ServeArgs),
     /// Serve every loaded tool to MCP clients over stdio (each call checked like a session's).
@@ -124,7 +124,8 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Demo { common } => demo::demo(common).await,
             Command::Session { command, common } => session_cmd::session(command, common).await,
-            Command::Trace { id, format, common } => trace::trace(&id, format, common),
+            Command::Trace(args) => trace::trace(args),
+            Command::Audit(args) => audit_cmd::audit(args).await,
             Command::Ledger { command, common } => ledger_cmd::ledger(command, common),
             Command::Plugin { command, common } => plugin_cmd::plugin(command, common).await,
             Command::Serve(args) => serve::serve(args).await,

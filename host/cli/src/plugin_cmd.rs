@@ -1,4 +1,4 @@
-//! `warden plugin list|inspect|verify`: what each plugin provides, its
+//! `warden plugin list|inspect|verify|add|new|build`: what each plugin provides, its
 //! hash, and what it was granted.
 
 use std::process::ExitCode;
@@ -20,8 +20,16 @@ pub enum PluginCommand {
     },
     /// One plugin in full: tools, schemas, hooks, hash, grants.
     Inspect { name: String },
-    /// Load every plugin (integrity, contract, self-description) and report.
-    Verify,
+    /// Load every plugin (integrity, contract, self-description) and flag
+    /// what would quietly not work: dead rules, tools without a permission
+    /// mapping, plugins not pinned by sha256, grants covering warden's own files.
+    Verify {
+        /// Exit with status 1 when anything is flagged (for CI).
+        #[arg(long)]
+        strict: bool,
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
     /// Install a component (.wasm) or a plugin project folder (built first) with its grants, pinned by sha256.
     Add(AddArgs),
     /// Create a plugin project (tool or hook) in Rust, Python or JavaScript.
@@ -267,20 +275,73 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
         PluginCommand::Add(args) => add(args, &config, &data_dir).await,
         PluginCommand::New(args) => crate::author::new(args),
         PluginCommand::Build(args) => crate::author::build(args, &data_dir),
-        PluginCommand::Verify => match loaded {
+        PluginCommand::Verify { strict, format } => match loaded {
             Ok(host) => {
-                for p in host.plugins() {
-                    say!("ok  {}  sha256 {}  {}", p.name, p.hash, p.contract);
-                }
-                let s = host.compile_stats();
-                say!(
-                    "{} plugins verified ({} compiled, {} from the cache){}",
-                    host.plugins().len(),
-                    s.compiled,
-                    s.cache_hits,
-                    config_path.map_or(String::new(), |p| format!("; config {}", p.display()))
+                let found = crate::plugin_verify::findings(
+                    &config,
+                    &host,
+                    &data_dir,
+                    config_path.as_deref(),
+                    &cwd,
                 );
-                Ok(ExitCode::SUCCESS)
+                let s = host.compile_stats();
+                if format == Format::Json {
+                    say!(
+                        "{}",
+                        serde_json::to_string_pretty(&json!({
+                            "plugins": host.plugins().iter().map(|p| json!({
+                                "name": &*p.name, "sha256": p.hash, "contract": p.contract,
+                                "findings": found.iter().filter(|f| f.plugin.as_deref() == Some(&*p.name)).map(|f| f.kind).collect::<Vec<_>>(),
+                            })).collect::<Vec<_>>(),
+                            "findings": found,
+                            "compiled": s.compiled,
+                            "from_cache": s.cache_hits,
+                        }))?
+                    );
+                } else {
+                    let mut t = crate::table::table(&["status", "plugin", "sha256", "contract"]);
+                    for p in host.plugins() {
+                        let kinds: Vec<&str> = found
+                            .iter()
+                            .filter(|f| f.plugin.as_deref() == Some(&*p.name))
+                            .map(|f| f.kind)
+                            .collect::<std::collections::BTreeSet<_>>()
+                            .into_iter()
+                            .collect();
+                        let status = if kinds.is_empty() {
+                            "ok".to_string()
+                        } else {
+                            kinds.join(",")
+                        };
+                        t.add_row(vec![
+                            status,
+                            p.name.to_string(),
+                            p.hash.clone(),
+                            p.contract.to_string(),
+                        ]);
+                    }
+                    say!("{t}");
+                    for f in &found {
+                        say!("warning: {}: {}", f.kind, f.message);
+                    }
+                    say!(
+                        "{} plugins verified ({} compiled, {} from the cache){}{}",
+                        host.plugins().len(),
+                        s.compiled,
+                        s.cache_hits,
+                        config_path.map_or(String::new(), |p| format!("; config {}", p.display())),
+                        if found.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; {} warnings", found.len())
+                        }
+                    );
+                }
+                Ok(if strict && !found.is_empty() {
+                    ExitCode::from(1)
+                } else {
+                    ExitCode::SUCCESS
+                })
             }
             Err(e) => {
                 say!("failed  {e}");

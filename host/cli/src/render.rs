@@ -1,5 +1,9 @@
 //! Rendering a session's bus events on the terminal: live tool states and
 //! streamed text for people, or one JSON event per line.
+//!
+//! While a permission question waits for its answer on the terminal, other
+//! output is held back and printed after the answer, so the question is
+//! never split by a line about another call.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -13,6 +17,28 @@ use warden_protocol::{
 };
 
 use crate::Format;
+use crate::spinner::Spinner;
+
+/// Output held back while a question is on the terminal (`Some` while one is).
+static HELD: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Print to standard output, or hold it while a question is asked.
+fn emit(text: &str) {
+    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+    match held.as_mut() {
+        Some(buffer) => buffer.push_str(text),
+        None => {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        }
+    }
+}
+
+/// Whether a question is on the terminal now.
+fn asking() -> bool {
+    HELD.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+}
 
 /// Prints one session's events.
 pub struct Renderer {
@@ -27,6 +53,7 @@ pub struct Renderer {
     mid_line: bool,
     /// Whether anything was printed yet (a text after tool lines gets a blank line).
     printed_any: bool,
+    spinner: Spinner,
 }
 
 impl Renderer {
@@ -39,18 +66,30 @@ impl Renderer {
             assistant: Default::default(),
             mid_line: false,
             printed_any: false,
+            spinner: Spinner::new(false),
+        }
+    }
+
+    /// Show a spinner on standard error while the model is waited on.
+    pub fn with_spinner(mut self, on: bool) -> Self {
+        self.spinner = Spinner::new(on);
+        self.spinner.wait();
+        self
+    }
+
+    /// Move the spinner on (unless a question is on the terminal).
+    pub fn tick(&mut self) {
+        if !asking() {
+            self.spinner.tick();
         }
     }
 
     fn line(&mut self, text: &str) {
-        let text = &clean(text);
-        let mut out = std::io::stdout().lock();
-        if self.mid_line {
-            let _ = writeln!(out);
-            self.mid_line = false;
-        }
-        let _ = writeln!(out, "{text}");
-        let _ = out.flush();
+        let text = clean(text);
+        self.spinner.clear();
+        let lead = if self.mid_line { "\n" } else { "" };
+        self.mid_line = false;
+        emit(&format!("{lead}{text}\n"));
         self.printed_any = true;
     }
 
@@ -62,9 +101,7 @@ impl Renderer {
         if self.format == Format::Json {
             // The same envelope as the server's event stream.
             if let Ok(line) = serde_json::to_string(&event.envelope(next_event_id())) {
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "{line}");
-                let _ = out.flush();
+                emit(&format!("{line}\n"));
             }
             return;
         }
@@ -72,7 +109,12 @@ impl Renderer {
             Event::MessageUpdated {
                 info: MessageInfo::Assistant(a),
             } => {
-                self.assistant.insert(a.id.to_string());
+                // A new step asks the model; its end ends the wait.
+                if self.assistant.insert(a.id.to_string()) && a.time.completed.is_none() {
+                    self.spinner.wait();
+                } else if a.time.completed.is_some() {
+                    self.spinner.stop();
+                }
             }
             Event::PartUpdated { part, .. } => match &part.body {
                 PartBody::Text {
@@ -80,16 +122,17 @@ impl Renderer {
                     synthetic: false,
                     ..
                 } if self.assistant.contains(part.message_id.as_str()) => {
+                    if !text.is_empty() {
+                        self.spinner.stop();
+                    }
                     let first = self.printed.get(part.id.as_str()).is_none_or(|n| *n == 0);
                     if first && !text.is_empty() && self.printed_any && !self.mid_line {
-                        say!();
+                        emit("\n");
                     }
                     let done = self.printed.entry(part.id.to_string()).or_insert(0);
                     if text.len() > *done && text.is_char_boundary(*done) {
                         self.printed_any = true;
-                        let mut out = std::io::stdout().lock();
-                        let _ = write!(out, "{}", clean(&text[*done..]));
-                        let _ = out.flush();
+                        emit(&clean(&text[*done..]));
                         *done = text.len();
                         self.mid_line = !text.ends_with('\n');
                     }
@@ -100,6 +143,7 @@ impl Renderer {
                     state,
                     ..
                 } => {
+                    self.spinner.stop();
                     let status = state.status();
                     if self.shown.get(part.id.as_str()) == Some(&status) {
                         return;
@@ -123,10 +167,12 @@ impl Renderer {
                 self.line(&format!(
                     "  retrying in {wait:.1}s (attempt {attempt} failed: {message})"
                 ));
+                self.spinner.wait();
             }
             Event::SessionWarning { message, .. } => self.line(&format!("warning: {message}")),
             Event::SessionError { error, .. } => self.line(&format!("error: {}", error.message())),
             Event::PermissionAsked { request } => {
+                self.spinner.stop();
                 self.line(&format!(
                     "  permission asked: {} on {}",
                     request.permission,
@@ -147,8 +193,9 @@ impl Renderer {
 
     /// End the output cleanly.
     pub fn finish(&mut self) {
+        self.spinner.stop();
         if self.mid_line {
-            say!();
+            emit("\n");
             self.mid_line = false;
         }
     }
@@ -230,11 +277,14 @@ where
     let _attached = interactive.then(|| core.permissions().attach());
     // One question at a time, from one thread: answers go to the question shown.
     let asker = interactive.then(|| terminal_asker(core.permissions().clone()));
-    let mut renderer = Renderer::new(format, session.clone());
+    let spin = format == Format::Text && std::io::stderr().is_terminal();
+    let mut renderer = Renderer::new(format, session.clone()).with_spinner(spin);
+    let mut ticks = tokio::time::interval(std::time::Duration::from_millis(100));
     tokio::pin!(work);
     let result = loop {
         tokio::select! {
             r = &mut work => break r,
+            _ = ticks.tick(), if spin => renderer.tick(),
             e = rx.recv() => match e {
                 Ok(ev) => {
                     renderer.event(&ev);
@@ -278,22 +328,87 @@ fn terminal_asker(
                 request.permission,
                 request.patterns.join(", ")
             ));
-            let _ = permissions.reply(&request.id, ask_terminal(&question));
+            // Other output waits until the question is answered.
+            *HELD.lock().unwrap_or_else(|p| p.into_inner()) = Some(String::new());
+            let stdin = std::io::stdin();
+            let reply = ask_terminal(&question, &mut stdin.lock(), &mut std::io::stderr());
+            let _ = permissions.reply(&request.id, reply);
+            let held = HELD.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(held) = held {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(held.as_bytes());
+                let _ = out.flush();
+            }
         }
     });
     tx
 }
 
-fn ask_terminal(question: &str) -> PermissionReply {
-    eprint!("{question}");
-    let _ = std::io::stderr().flush();
-    let mut line = String::new();
-    if std::io::stdin().read_line(&mut line).is_err() {
-        return PermissionReply::Reject;
+/// Ask until the answer is one of the choices; end of input rejects.
+fn ask_terminal(
+    question: &str,
+    input: &mut impl std::io::BufRead,
+    prompt: &mut impl Write,
+) -> PermissionReply {
+    loop {
+        let _ = write!(prompt, "{question}");
+        let _ = prompt.flush();
+        let mut line = String::new();
+        match input.read_line(&mut line) {
+            Ok(0) | Err(_) => return PermissionReply::Reject,
+            Ok(_) => {}
+        }
+        match parse_answer(&line) {
+            Some(reply) => return reply,
+            None => {
+                let _ = writeln!(
+                    prompt,
+                    "  {:?} is not an answer: type o (once), a (always) or r (reject)",
+                    clean(line.trim())
+                );
+            }
+        }
     }
+}
+
+fn parse_answer(line: &str) -> Option<PermissionReply> {
     match line.trim().to_ascii_lowercase().as_str() {
-        "o" | "once" | "y" | "yes" => PermissionReply::Once,
-        "a" | "always" => PermissionReply::Always,
-        _ => PermissionReply::Reject,
+        "o" | "once" | "y" | "yes" => Some(PermissionReply::Once),
+        "a" | "always" => Some(PermissionReply::Always),
+        "r" | "reject" | "n" | "no" => Some(PermissionReply::Reject),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_typo_is_asked_again_and_end_of_input_rejects() {
+        let mut prompt = Vec::new();
+        let reply = ask_terminal("allow? ", &mut "onse\n\nA\n".as_bytes(), &mut prompt);
+        assert_eq!(reply, PermissionReply::Always);
+        assert_eq!(
+            String::from_utf8(prompt).unwrap(),
+            "allow?   \"onse\" is not an answer: type o (once), a (always) or r (reject)\n\
+             allow?   \"\" is not an answer: type o (once), a (always) or r (reject)\n\
+             allow? "
+        );
+        let mut prompt = Vec::new();
+        assert_eq!(
+            ask_terminal("allow? ", &mut "maybe\n".as_bytes(), &mut prompt),
+            PermissionReply::Reject
+        );
+    }
+
+    #[test]
+    fn output_is_held_while_a_question_waits() {
+        *HELD.lock().unwrap() = Some(String::new());
+        emit("  read  c2  completed\n");
+        assert!(asking());
+        let held = HELD.lock().unwrap().take();
+        assert_eq!(held.as_deref(), Some("  read  c2  completed\n"));
+        assert!(!asking());
     }
 }

@@ -12,8 +12,12 @@ use crate::{Common, Format, app, render};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// The prompt.
-    pub prompt: String,
+    /// The prompt. Leave it out (or give `-`) to read it from standard
+    /// input, e.g. `warden run < prompt.md`.
+    pub prompt: Option<String>,
+    /// Read the prompt from this file (no size limit, unlike an argument).
+    #[arg(long, conflicts_with = "prompt")]
+    pub file: Option<PathBuf>,
     /// The model: provider/model, or scripted:PATH for a cassette.
     #[arg(long, short)]
     pub model: Option<String>,
@@ -32,7 +36,34 @@ pub struct RunArgs {
     pub common: Common,
 }
 
+/// The prompt: the argument, the file, or standard input.
+fn prompt_text(args: &RunArgs) -> Result<String> {
+    use std::io::{IsTerminal, Read};
+    if let Some(path) = &args.file {
+        return std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the prompt from {}", path.display()));
+    }
+    match args.prompt.as_deref() {
+        Some("-") | None => {
+            let stdin = std::io::stdin();
+            if args.prompt.is_none() && stdin.is_terminal() {
+                anyhow::bail!(
+                    "no prompt: give it as an argument, with --file PATH, or on standard input"
+                );
+            }
+            let mut text = String::new();
+            stdin
+                .lock()
+                .read_to_string(&mut text)
+                .context("cannot read the prompt from standard input")?;
+            Ok(text)
+        }
+        Some(p) => Ok(p.to_string()),
+    }
+}
+
 pub async fn run(args: RunArgs) -> Result<ExitCode> {
+    let prompt = prompt_text(&args)?;
     let dir = match &args.dir {
         Some(d) => d.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
@@ -58,20 +89,34 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     if let Some(id) = &existing {
         app.core.ledger().session(id)?;
     }
-    if args.prompt.trim().is_empty() {
+    if prompt.trim().is_empty() {
         anyhow::bail!("the prompt is empty");
     }
     // Check the model before creating a session, so a bad one writes nothing.
-    let model = app
-        .core
-        .choose_model(model.as_ref(), args.agent.as_deref(), existing.as_ref())?;
+    let model = match app.core.choose_model(
+        model.as_ref(),
+        args.agent.as_deref(),
+        existing.as_ref(),
+    ) {
+        Err(warden_core::CoreError::NoModel) => anyhow::bail!(
+            "no model chosen: pass --model provider/model (or scripted:PATH), or set \"model\" in the config"
+        ),
+        other => other?,
+    };
     let session = match existing {
         Some(id) => app.core.ledger().session(&id)?,
-        None => app.core.create_session(&dir, &args.prompt)?,
+        None => app.core.create_session(&dir, &prompt)?,
     };
+    if args.format == Format::Text {
+        // On standard error, so the answer alone goes down a pipe.
+        eprintln!(
+            "session {}  (warden trace {} shows where its time went)",
+            session.id, session.id
+        );
+    }
     let input = PromptInput {
         session_id: session.id.clone(),
-        text: args.prompt.clone(),
+        text: prompt,
         agent: args.agent.clone(),
         model: Some(model),
         ..PromptInput::default()

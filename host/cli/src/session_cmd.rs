@@ -48,15 +48,16 @@ pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode
             } else if sessions.is_empty() {
                 say!("no sessions in {}", ledger.path());
             } else {
+                let mut t = crate::table::table(&["session", "updated", "title", "directory"]);
                 for s in sessions {
-                    say!(
-                        "{}  {}  {}  {}",
-                        s.id,
+                    t.add_row(vec![
+                        s.id.to_string(),
                         time(s.time.updated),
                         clip(&s.title, 50),
-                        s.directory
-                    );
+                        s.directory,
+                    ]);
                 }
+                say!("{t}");
             }
             Ok(ExitCode::SUCCESS)
         }

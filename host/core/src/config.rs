@@ -52,6 +52,10 @@ pub struct Config {
     /// How model failures are retried.
     #[serde(default)]
     pub retry: Option<RetryPolicy>,
+    /// How long a permission question waits for an answer before it is
+    /// refused (milliseconds; default 300000, five minutes).
+    #[serde(default)]
+    pub ask_timeout_ms: Option<u64>,
     #[serde(default)]
     pub experimental: Experimental,
     /// MCP servers whose tools sessions may use, by name (OpenCode's shape).
@@ -330,8 +334,20 @@ impl Config {
 
     /// Parse config text.
     pub fn parse(text: &str) -> Result<Config, String> {
-        let config: Config =
-            serde_json::from_str(text).map_err(|e| format!("invalid config: {e}"))?;
+        // The place of a wrong value is named (`plugins[0].grants.memory_mb: …`).
+        let mut de = serde_json::Deserializer::from_str(text);
+        let config: Config = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let place = e.path().to_string();
+            if place == "." {
+                format!("invalid config: {}", e.inner())
+            } else {
+                format!("invalid config: {place}: {}", e.inner())
+            }
+        })?;
+        de.end().map_err(|e| format!("invalid config: {e}"))?;
+        if config.ask_timeout_ms == Some(0) {
+            return Err("ask_timeout_ms must be at least 1".into());
+        }
         if let Some(p) = &config.permission {
             crate::permission::rules_from_config(p)?;
         }

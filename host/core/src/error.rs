@@ -52,6 +52,10 @@ pub enum CoreError {
 
     /// The model could not be resolved (unknown provider, unreadable
     /// cassette). Raised before any model request.
+    /// No model was named by the prompt, the agent or the config, and the
+    /// session has none from before. Each front end says how to name one.
+    #[error("no model chosen; set \"model\" in the config")]
+    NoModel,
     #[error("model {model}: {reason}")]
     Model { model: String, reason: String },
 

@@ -77,6 +77,9 @@ impl From<CoreError> for ApiError {
         match e {
             CoreError::SessionNotFound(_) => Self::not_found(message),
             CoreError::SessionBusy { .. } => Self::new(StatusCode::CONFLICT, "busy", message),
+            CoreError::NoModel => Self::bad_request(
+                "no model chosen: name one in the request (\"model\": {\"providerID\", \"modelID\"}), or give the server a default model (its --model option or \"model\" in its config)",
+            ),
             CoreError::Ledger(warden_core::LedgerError::Fenced { .. }) => {
                 Self::new(StatusCode::CONFLICT, "busy", message)
             }

@@ -9,7 +9,8 @@
 //! The first event is `server.connected`; a session's `session.status` idle
 //! is followed by `session.idle`, as OpenCode sends. The bus never waits for
 //! a client: one that falls more than its buffer behind is sent
-//! `server.lagged` with how many events it missed (the REST endpoints have
+//! `server.lagged` with how many events it missed (of its session, when it
+//! watches one; the REST endpoints have
 //! the current state). A connected client counts as someone who can answer
 //! permission asks.
 
@@ -48,12 +49,18 @@ enum Wrap {
 
 /// The event stream. Each SSE message's data is one envelope.
 #[utoipa::path(get, path = "/event", tag = "event", params(EventQuery, crate::routes::Location),
-    responses((status = 200, description = "text/event-stream; each message's data is an event envelope", content_type = "text/event-stream", body = Envelope)))]
+    responses((status = 200, description = "text/event-stream; each message's data is an event envelope", content_type = "text/event-stream", body = Envelope),
+        (status = 404, description = "no such session", body = crate::error::ErrorBody)))]
 pub async fn events(
     State(state): State<AppState>,
     ApiQuery(q): ApiQuery<EventQuery>,
-) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    stream(state, q.session.map(SessionId), Wrap::Bare)
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, crate::error::ApiError> {
+    let session = q.session.map(SessionId);
+    if let Some(id) = &session {
+        // Like every other route: an unknown session is a 404, not a silent stream.
+        state.core.ledger().session(id)?;
+    }
+    Ok(stream(state, session, Wrap::Bare))
 }
 
 /// Every event of every session, each wrapped with its session's directory.
@@ -107,7 +114,12 @@ fn stream(
     filter: Option<SessionId>,
     wrap: Wrap,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let rx = state.core.bus().subscribe();
+    // A client watching one session gets that session's channel, so a lag
+    // it is told about counts its own session's events.
+    let rx = match &filter {
+        Some(session) => state.core.bus().subscribe_session(session),
+        None => state.core.bus().subscribe(),
+    };
     // A client watching one session answers that session's questions only.
     let attached = match &filter {
         Some(session) => state.core.permissions().attach_to(session),
@@ -155,8 +167,11 @@ fn stream(
                     }
                 }
                 Err(RecvError::Lagged(missed)) => {
-                    let lagged =
-                        Envelope::new(next_event_id(), "server.lagged", json!({"missed": missed}));
+                    let mut properties = json!({"missed": missed});
+                    if let Some(s) = &w.filter {
+                        properties["sessionID"] = json!(s);
+                    }
+                    let lagged = Envelope::new(next_event_id(), "server.lagged", properties);
                     let m = w.message(lagged, None);
                     w.queued.push_back(m);
                 }

@@ -181,6 +181,12 @@ impl Row {
         self
     }
 
+    /// How long a question waited for its answer.
+    pub fn waited(mut self, elapsed: Duration) -> Row {
+        self.elapsed = Some(elapsed);
+        self
+    }
+
     pub fn guest(mut self, hash: &str, elapsed: Option<Duration>) -> Row {
         self.plugin_hash = Some(hash.to_string());
         self.elapsed = elapsed;

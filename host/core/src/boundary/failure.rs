@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use warden_protocol::CallId;
 
+use crate::permission::Refusal;
 use crate::tool::GuestError;
 
 /// Which hook stage a hook failure happened at.
@@ -39,8 +40,8 @@ pub enum CallFailure {
     Rejected {
         permission: String,
         pattern: String,
-        /// Someone was attached who could have answered.
-        attached: bool,
+        /// Why the question ended without a yes.
+        why: Refusal,
     },
     /// The session's rules could not be read, so nothing may be decided.
     Rules(String),
@@ -124,18 +125,10 @@ impl fmt::Display for CallFailure {
             CallFailure::Rejected {
                 permission,
                 pattern,
-                attached: true,
+                why,
             } => write!(
                 f,
-                "permission denied: `{permission}` on `{pattern}` needs approval and the user rejected it"
-            ),
-            CallFailure::Rejected {
-                permission,
-                pattern,
-                attached: false,
-            } => write!(
-                f,
-                "permission denied: `{permission}` on `{pattern}` needs approval and nobody was attached to give it; allow it in the config to run unattended"
+                "permission denied: `{permission}` on `{pattern}` needs approval and {why}"
             ),
             CallFailure::Rules(e) => write!(
                 f,

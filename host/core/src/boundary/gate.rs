@@ -11,7 +11,7 @@ use warden_protocol::{
 
 use super::audit::{Decision, Outcome, Row, Stage, Trail};
 use crate::ledger::Ledger;
-use crate::permission::{self, Evaluation, Permissions};
+use crate::permission::{self, Evaluation, Permissions, Refusal};
 use crate::tool::CallContext;
 
 /// The rules a call is decided by: the agent's, fixed for the call, then
@@ -76,8 +76,9 @@ pub enum Verdict {
     Denied { rule: String },
     /// It was asked about and not approved.
     Rejected {
-        /// Someone was attached who could have answered.
-        attached: bool,
+        /// Why: nobody attached, a person said no, the deadline passed, the
+        /// last watcher left or the session was aborted.
+        why: Refusal,
     },
 }
 
@@ -123,7 +124,9 @@ pub async fn decide(gate: &Gate<'_>, question: Question, eval: Evaluation) -> Ve
                     call_id: gate.ctx.call_id.clone(),
                 }),
             };
-            let reply = gate.permissions.ask(request, gate.cancel).await;
+            let asked = std::time::Instant::now();
+            let answer = gate.permissions.ask_why(request, gate.cancel).await;
+            let reply = answer.reply;
             let refused = reply == PermissionReply::Reject;
             gate.trail.push(
                 Row::new(
@@ -136,11 +139,13 @@ pub async fn decide(gate: &Gate<'_>, question: Question, eval: Evaluation) -> Ve
                         Outcome::Ok
                     },
                 )
-                .rule(patterns),
+                .rule(patterns)
+                // How long the question waited: the trace shows it apart from running.
+                .waited(asked.elapsed()),
             );
             if refused {
                 Verdict::Rejected {
-                    attached: gate.permissions.can_answer(&gate.ctx.session_id),
+                    why: answer.refusal.unwrap_or(Refusal::Rejected),
                 }
             } else {
                 Verdict::Allowed

@@ -208,7 +208,9 @@ async fn may_run(call: &Call<'_>, hook: &HookDef, stage: HookStage) -> Verdict {
         Ok(rules) => rules,
         Err(e) => {
             tracing::warn!("the session's rules could not be read for a hook: {e}");
-            return Verdict::Rejected { attached: false };
+            return Verdict::Rejected {
+                why: crate::permission::Refusal::Nobody,
+            };
         }
     };
     let hook_rules: Vec<_> = rules

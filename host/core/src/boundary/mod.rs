@@ -258,10 +258,10 @@ async fn check_call(call: &Call<'_>, input: &Value) -> Result<(), CallFailure> {
             pattern,
             rule,
         }),
-        Verdict::Rejected { attached } => Err(CallFailure::Rejected {
+        Verdict::Rejected { why } => Err(CallFailure::Rejected {
             permission: tool.permission.clone(),
             pattern,
-            attached,
+            why,
         }),
     }
 }

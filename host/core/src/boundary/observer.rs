@@ -105,10 +105,10 @@ impl CallObserver for Observer {
             Verdict::Denied { rule } => {
                 Err(format!("`{permission}` is denied by the rule `{rule}`"))
             }
-            Verdict::Rejected { attached } => Err(CallFailure::Rejected {
+            Verdict::Rejected { why } => Err(CallFailure::Rejected {
                 permission,
                 pattern: patterns.join(" "),
-                attached,
+                why,
             }
             .to_string()),
         }

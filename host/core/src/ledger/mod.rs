@@ -8,12 +8,14 @@
 //! published on the [`Bus`] after it commits.
 
 mod audit;
+pub mod audit_query;
 mod check;
 mod checkpoint;
 mod codec;
 mod error;
 pub mod id;
 mod lease;
+pub mod phase;
 mod schema;
 mod timeline;
 mod transition;

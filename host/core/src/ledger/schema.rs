@@ -241,6 +241,19 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE runner_lease ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 5: the session's own phases besides tool states (model request, first
+    // token, step finish, retry wait), so a trace shows where time went.
+    r#"
+    CREATE TABLE phase (
+        session_id  TEXT NOT NULL,
+        seq         INTEGER NOT NULL,
+        message_id  TEXT,
+        at          INTEGER NOT NULL,
+        kind        TEXT NOT NULL,
+        detail      TEXT,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 /// Bring the schema up to date (refusing a ledger it cannot write).

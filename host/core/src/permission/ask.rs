@@ -5,9 +5,16 @@
 //! listens for `permission.asked` events; it answers with
 //! [`Permissions::reply`]. With nobody attached for the session, a question
 //! is a denial: the host never waits for an answer that cannot come.
+//!
+//! Every question ends, and ends with a `permission.replied` event: answered,
+//! refused when its deadline passes (`ask_timeout_ms`, default 5 minutes),
+//! when its session is aborted, or when the last front end that could answer
+//! it leaves. [`Answer::refusal`] says which, in a sentence the model is shown.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -15,9 +22,81 @@ use warden_protocol::{Action, Event, PermissionReply, PermissionRequest, Rule, S
 
 use crate::ledger::{Ledger, id};
 
+/// How long a question waits for an answer when the config names no deadline.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
+
+/// Why a question was refused without a person saying `reject`, or that one did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Nobody was attached for the session when it was asked.
+    Nobody,
+    /// Someone answered `reject`.
+    Rejected,
+    /// Nobody answered before the deadline.
+    TimedOut(Duration),
+    /// The last front end that could answer left while it waited.
+    WatcherLeft,
+    /// The session was aborted while it waited.
+    Aborted,
+}
+
+impl fmt::Display for Refusal {
+    /// The end of a sentence that starts "needs approval and ...".
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Nobody => write!(
+                f,
+                "nobody was attached to give it; allow it in the config to run unattended"
+            ),
+            Refusal::Rejected => write!(f, "the user rejected it"),
+            Refusal::TimedOut(d) => {
+                let ms = d.as_millis();
+                let within = if ms % 1000 == 0 {
+                    format!("{} s", ms / 1000)
+                } else {
+                    format!("{ms} ms")
+                };
+                write!(
+                    f,
+                    "nobody answered within {within} (ask_timeout_ms), so it was refused"
+                )
+            }
+            Refusal::WatcherLeft => write!(
+                f,
+                "the user who could answer disconnected before answering, so it was refused"
+            ),
+            Refusal::Aborted => write!(f, "the session was aborted while it waited"),
+        }
+    }
+}
+
+/// What came of a question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    pub reply: PermissionReply,
+    /// Set exactly when `reply` is `Reject`.
+    pub refusal: Option<Refusal>,
+}
+
+impl Answer {
+    fn given(reply: PermissionReply) -> Answer {
+        Answer {
+            reply,
+            refusal: (reply == PermissionReply::Reject).then_some(Refusal::Rejected),
+        }
+    }
+
+    fn refused(why: Refusal) -> Answer {
+        Answer {
+            reply: PermissionReply::Reject,
+            refusal: Some(why),
+        }
+    }
+}
+
 struct Pending {
     request: PermissionRequest,
-    tx: oneshot::Sender<PermissionReply>,
+    tx: oneshot::Sender<Answer>,
 }
 
 /// Who can answer, and what waits for an answer: one lock, so a question is
@@ -40,6 +119,45 @@ impl State {
 struct Inner {
     ledger: Ledger,
     state: Mutex<State>,
+    deadline: Duration,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Settle a question that is still pending with a refusal: its asker
+    /// wakes with the reason, and the refusal is on the bus. Nothing when it
+    /// was already settled.
+    fn settle(&self, request_id: &str, why: Refusal) -> bool {
+        let Some(p) = self.lock().pending.remove(request_id) else {
+            return false;
+        };
+        self.refused(p, why);
+        true
+    }
+
+    fn refused(&self, p: Pending, why: Refusal) {
+        let bus = self.ledger.bus();
+        bus.publish(Event::PermissionReplied {
+            session_id: p.request.session_id.clone(),
+            request_id: p.request.id.clone(),
+            reply: PermissionReply::Reject,
+        });
+        if matches!(why, Refusal::TimedOut(_) | Refusal::WatcherLeft) {
+            bus.publish(Event::SessionWarning {
+                session_id: p.request.session_id.clone(),
+                message: format!(
+                    "the question {} (`{}` on `{}`) was refused: {why}",
+                    p.request.id,
+                    p.request.permission,
+                    p.request.patterns.join(" ")
+                ),
+            });
+        }
+        let _ = p.tx.send(Answer::refused(why));
+    }
 }
 
 /// The question service. Cheap to clone.
@@ -58,12 +176,12 @@ impl Drop for AttachGuard {
     fn drop(&mut self) {
         // Questions nobody is left to answer are refused now, not left waiting.
         let orphaned: Vec<Pending> = {
-            let mut state = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut state = self.inner.lock();
             match &self.session {
-                None => state.everywhere -= 1,
+                None => state.everywhere = state.everywhere.saturating_sub(1),
                 Some(s) => {
                     if let Some(n) = state.per_session.get_mut(s) {
-                        *n -= 1;
+                        *n = n.saturating_sub(1);
                         if *n == 0 {
                             state.per_session.remove(s);
                         }
@@ -81,37 +199,45 @@ impl Drop for AttachGuard {
                 .collect()
         };
         for p in orphaned {
-            let _ = p.tx.send(PermissionReply::Reject);
-            self.inner.ledger.bus().publish(Event::PermissionReplied {
-                session_id: p.request.session_id.clone(),
-                request_id: p.request.id.clone(),
-                reply: PermissionReply::Reject,
-            });
+            self.inner.refused(p, Refusal::WatcherLeft);
         }
     }
 }
 
-/// Removes a question from the pending list when its asker goes away
-/// (answered, cancelled, or dropped with a call that timed out).
+/// Settles a question when its asker goes away without an answer (its call
+/// was dropped, e.g. by a timeout), so no question outlives its asker.
 struct Forget<'a> {
     permissions: &'a Permissions,
     id: String,
+    why: Refusal,
 }
 
 impl Drop for Forget<'_> {
     fn drop(&mut self) {
-        self.permissions.lock().pending.remove(&self.id);
+        self.permissions.inner.settle(&self.id, self.why);
     }
 }
 
 impl Permissions {
+    /// Questions wait [`DEFAULT_DEADLINE`] for an answer.
     pub fn new(ledger: Ledger) -> Self {
+        Self::with_deadline(ledger, DEFAULT_DEADLINE)
+    }
+
+    /// Questions wait at most `deadline` for an answer.
+    pub fn with_deadline(ledger: Ledger, deadline: Duration) -> Self {
         Permissions {
             inner: Arc::new(Inner {
                 ledger,
                 state: Mutex::new(State::default()),
+                deadline,
             }),
         }
+    }
+
+    /// How long a question waits for an answer.
+    pub fn deadline(&self) -> Duration {
+        self.inner.deadline
     }
 
     /// Count the caller as someone who answers questions of every session,
@@ -139,13 +265,25 @@ impl Permissions {
         self.lock().can_answer(session)
     }
 
-    /// Ask and wait for the answer. `Reject` at once when nobody can answer
-    /// for the session, and when `cancel` fires.
+    /// Ask and wait for the answer. See [`Permissions::ask_why`].
     pub async fn ask(
+        &self,
+        request: PermissionRequest,
+        cancel: &CancellationToken,
+    ) -> PermissionReply {
+        self.ask_why(request, cancel).await.reply
+    }
+
+    /// Ask and wait for the answer, and say why it was refused when it was.
+    /// Refused at once when nobody can answer for the session; refused with a
+    /// `permission.replied` event when the deadline passes, when `cancel`
+    /// fires (the session was aborted) and when the last front end that could
+    /// answer leaves.
+    pub async fn ask_why(
         &self,
         mut request: PermissionRequest,
         cancel: &CancellationToken,
-    ) -> PermissionReply {
+    ) -> Answer {
         if request.id.is_empty() {
             request.id = id::ascending("per");
         }
@@ -174,16 +312,27 @@ impl Permissions {
                 request_id,
                 reply: PermissionReply::Reject,
             });
-            return PermissionReply::Reject;
+            return Answer::refused(Refusal::Nobody);
         }
+        // A call dropped while it waits (its task aborted) settles the question too.
         let _forget = Forget {
             permissions: self,
-            id: request_id,
+            id: request_id.clone(),
+            why: Refusal::Aborted,
         };
         bus.publish(Event::PermissionAsked { request });
-        tokio::select! {
-            r = rx => r.unwrap_or(PermissionReply::Reject),
-            _ = cancel.cancelled() => PermissionReply::Reject,
+        let deadline = self.inner.deadline;
+        let mut rx = rx;
+        let why = tokio::select! {
+            r = &mut rx => return r.unwrap_or(Answer::refused(Refusal::WatcherLeft)),
+            _ = cancel.cancelled() => Refusal::Aborted,
+            _ = tokio::time::sleep(deadline) => Refusal::TimedOut(deadline),
+        };
+        if self.inner.settle(&request_id, why) {
+            Answer::refused(why)
+        } else {
+            // Answered in the same instant: the answer stands.
+            rx.try_recv().unwrap_or(Answer::refused(why))
         }
     }
 
@@ -223,7 +372,7 @@ impl Permissions {
             request_id: request_id.to_string(),
             reply,
         });
-        let _ = p.tx.send(reply);
+        let _ = p.tx.send(Answer::given(reply));
         Ok(())
     }
 
@@ -269,7 +418,7 @@ impl Permissions {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock()
     }
 }
 
@@ -410,5 +559,114 @@ mod tests {
         p.reply(&id, PermissionReply::Once).unwrap();
         assert_eq!(asker.await.unwrap(), PermissionReply::Once);
         drop(one);
+    }
+
+    #[tokio::test]
+    async fn a_question_nobody_answers_is_refused_at_its_deadline() {
+        let ledger = Ledger::in_memory(Bus::new()).unwrap();
+        let s = ledger.create_session("/w", "t").unwrap();
+        let p = Permissions::with_deadline(ledger.clone(), Duration::from_millis(30));
+        let _guard = p.attach();
+        let mut events = ledger.bus().subscribe();
+        let answer = p.ask_why(request(&s.id), &CancellationToken::new()).await;
+        assert_eq!(
+            answer,
+            Answer {
+                reply: PermissionReply::Reject,
+                refusal: Some(Refusal::TimedOut(Duration::from_millis(30)))
+            }
+        );
+        assert!(matches!(
+            &*events.recv().await.unwrap(),
+            Event::PermissionAsked { .. }
+        ));
+        assert!(matches!(
+            &*events.recv().await.unwrap(),
+            Event::PermissionReplied {
+                reply: PermissionReply::Reject,
+                ..
+            }
+        ));
+        match &*events.recv().await.unwrap() {
+            Event::SessionWarning { message, .. } => assert!(
+                message.ends_with(
+                    "(`edit` on `a.txt`) was refused: nobody answered within 30 ms (ask_timeout_ms), so it was refused"
+                ),
+                "{message}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(p.pending(None).is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_abort_settles_a_waiting_question_with_an_event() {
+        let ledger = Ledger::in_memory(Bus::new()).unwrap();
+        let s = ledger.create_session("/w", "t").unwrap();
+        let p = Permissions::new(ledger.clone());
+        let _guard = p.attach();
+        let mut events = ledger.bus().subscribe();
+        let cancel = CancellationToken::new();
+        let asker = {
+            let (p, s, cancel) = (p.clone(), s.id.clone(), cancel.clone());
+            tokio::spawn(async move { p.ask_why(request(&s), &cancel).await })
+        };
+        while !matches!(
+            &*events.recv().await.unwrap(),
+            Event::PermissionAsked { .. }
+        ) {}
+        cancel.cancel();
+        assert_eq!(asker.await.unwrap().refusal, Some(Refusal::Aborted));
+        assert!(matches!(
+            &*events.recv().await.unwrap(),
+            Event::PermissionReplied {
+                reply: PermissionReply::Reject,
+                ..
+            }
+        ));
+        assert!(p.pending(None).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_watcher_leaving_settles_its_questions_with_an_event_and_a_reason() {
+        let ledger = Ledger::in_memory(Bus::new()).unwrap();
+        let s = ledger.create_session("/w", "t").unwrap();
+        let p = Permissions::new(ledger.clone());
+        let guard = p.attach_to(&s.id);
+        let mut events = ledger.bus().subscribe();
+        let asker = {
+            let (p, s) = (p.clone(), s.id.clone());
+            tokio::spawn(async move { p.ask_why(request(&s), &CancellationToken::new()).await })
+        };
+        while !matches!(
+            &*events.recv().await.unwrap(),
+            Event::PermissionAsked { .. }
+        ) {}
+        drop(guard);
+        assert_eq!(asker.await.unwrap().refusal, Some(Refusal::WatcherLeft));
+        assert!(matches!(
+            &*events.recv().await.unwrap(),
+            Event::PermissionReplied {
+                reply: PermissionReply::Reject,
+                ..
+            }
+        ));
+        assert!(matches!(
+            &*events.recv().await.unwrap(),
+            Event::SessionWarning { .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_question_asked_with_nobody_attached_says_so() {
+        let ledger = Ledger::in_memory(Bus::new()).unwrap();
+        let s = ledger.create_session("/w", "t").unwrap();
+        let p = Permissions::new(ledger.clone());
+        let answer = p.ask_why(request(&s.id), &CancellationToken::new()).await;
+        assert_eq!(answer.refusal, Some(Refusal::Nobody));
+        assert_eq!(
+            answer.refusal.unwrap().to_string(),
+            "nobody was attached to give it; allow it in the config to run unattended"
+        );
     }
 }

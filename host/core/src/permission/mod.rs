@@ -9,10 +9,10 @@
 //! The host checks permission before every guest call ([`crate::boundary`]);
 //! this module only decides.
 
-mod ask;
+pub mod ask;
 pub mod wildcard;
 
-pub use ask::{AttachGuard, Permissions};
+pub use ask::{Answer, AttachGuard, Permissions, Refusal};
 
 use serde_json::Value;
 use warden_protocol::{Action, Rule};

@@ -7,6 +7,7 @@ mod actor;
 pub mod compaction;
 pub mod history;
 pub mod lease;
+mod phase_marks;
 pub mod run_loop;
 pub mod status;
 pub mod system;
@@ -104,7 +105,13 @@ impl Core {
         let retry = config.retry.unwrap_or_default();
         Ok(Core {
             inner: Arc::new(CoreInner {
-                permissions: Permissions::new(ledger.clone()),
+                permissions: Permissions::with_deadline(
+                    ledger.clone(),
+                    config.ask_timeout_ms.map_or(
+                        crate::permission::ask::DEFAULT_DEADLINE,
+                        std::time::Duration::from_millis,
+                    ),
+                ),
                 status: StatusBoard::new(ledger.bus().clone()),
                 ledger,
                 tools,
@@ -208,11 +215,7 @@ impl Core {
                     .map(|u| u.model.clone()),
                 None => None,
             };
-            last.ok_or_else(|| {
-                CoreError::Config(
-                    "no model chosen: pass --model provider/model (or scripted:PATH), or set \"model\" in the config".into(),
-                )
-            })?
+            last.ok_or(CoreError::NoModel)?
         };
         self.inner.models.resolve(&model)?;
         Ok(model)

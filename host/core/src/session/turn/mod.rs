@@ -27,6 +27,7 @@ use warden_protocol::{
     MessageWithParts, PartBody, ProviderError, SessionInfo, SessionStatus, ToolState,
 };
 
+use super::phase_marks::PhaseMarks;
 use super::CoreInner;
 use crate::agent::Agent;
 use crate::boundary::{CallEnv, CallFailure, CallOutcome, CallRequest, Rules};
@@ -114,6 +115,7 @@ impl<'a> Turn<'a> {
             return Err(CoreError::Internal("a turn was run twice".into()));
         };
         let session_id = self.step.session.id.clone();
+        let marks = PhaseMarks::new(&self.core.ledger, &session_id, &self.step.info.id);
         let mut attempt = 0u32;
         let result = loop {
             attempt += 1;
@@ -122,13 +124,14 @@ impl<'a> Turn<'a> {
             if let Err(e) = self.core.ledger.check_fence(&session_id) {
                 break Err(Halt::Core(e));
             }
+            marks.request(attempt);
             let started = tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => Err(Halt::Cancelled),
                 s = self.step.model.provider.stream(request.clone()) => s.map_err(Halt::Provider),
             };
             let r = match started {
-                Ok(stream) => self.consume(stream, &mut rx).await,
+                Ok(stream) => self.consume(marks.watch(stream), &mut rx).await,
                 Err(h) => Err(h),
             };
             match r {
@@ -157,6 +160,7 @@ impl<'a> Turn<'a> {
                         self.sink.ignore_attempt()?;
                         self.calls
                             .set_aside("the model's stream failed before the call was complete")?;
+                        marks.retry(attempt, wait, &e);
                         self.core.status.set(
                             &session_id,
                             SessionStatus::Retry {
