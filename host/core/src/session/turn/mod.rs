@@ -214,14 +214,14 @@ impl<'a> Turn<'a> {
                 "the model's request failed before the call was complete"
             }
             Err(Halt::Cancelled) => {
-                self.runs.abort_all();
+                self.runs.stop_all().await;
                 self.step.info.error = Some(MessageError::Aborted {
                     message: "the session was cancelled".into(),
                 });
                 ABORTED
             }
             Err(Halt::Core(e)) => {
-                self.runs.abort_all();
+                self.runs.stop_all().await;
                 // Best effort: leave no open parts behind, then report the real failure.
                 let _ = self.sink.close();
                 let _ = self.calls.interrupt(
@@ -290,7 +290,7 @@ impl<'a> Turn<'a> {
             tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => {
-                    self.runs.abort_all();
+                    self.runs.stop_all().await;
                     self.step.info.error.get_or_insert(MessageError::Aborted { message: "the session was cancelled".into() });
                     return Ok(true);
                 }
