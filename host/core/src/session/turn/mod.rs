@@ -27,8 +27,8 @@ use warden_protocol::{
     MessageWithParts, PartBody, ProviderError, SessionInfo, SessionStatus, ToolState,
 };
 
-use super::phase_marks::PhaseMarks;
 use super::CoreInner;
+use super::phase_marks::PhaseMarks;
 use crate::agent::Agent;
 use crate::boundary::{CallEnv, CallFailure, CallOutcome, CallRequest, Rules};
 use crate::clock::now_ms;
@@ -134,6 +134,8 @@ impl<'a> Turn<'a> {
                 Ok(stream) => self.consume(marks.watch(stream), &mut rx).await,
                 Err(h) => Err(h),
             };
+            // This attempt's request, first token and finish, in one write.
+            marks.flush();
             match r {
                 // Asking again would have the model call the same tools again,
                 // running their side effects twice: end the step with the calls
