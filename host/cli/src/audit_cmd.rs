@@ -110,8 +110,7 @@ pub async fn audit(args: AuditArgs) -> Result<ExitCode> {
             a.subject.clone(),
             a.decision.clone(),
             a.rule.clone().unwrap_or_default(),
-            a.duration_us
-                .map_or(String::new(), |us| format!("{:.3} ms", us as f64 / 1000.0)),
+            crate::table::took_us(a.duration_us),
             clip(a.outcome.as_deref().unwrap_or(""), 60),
         ]);
     }

@@ -21,6 +21,12 @@ pub fn table(headers: &[&str]) -> Table {
     t
 }
 
+/// How long a guest call or an ask took, from its audit row (`""` when it
+/// was not timed), as both the trace and the audit show it.
+pub fn took_us(us: Option<i64>) -> String {
+    us.map_or(String::new(), |us| format!("{:.3} ms", us as f64 / 1000.0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -138,8 +138,7 @@ fn text(t: &timeline::Timeline, created: i64) -> String {
                     a.subject.clone(),
                     a.decision.clone(),
                     a.rule.clone().unwrap_or_default(),
-                    a.duration_us
-                        .map_or(String::new(), |us| format!("{:.3} ms", us as f64 / 1000.0)),
+                    crate::table::took_us(a.duration_us),
                     a.outcome.clone().unwrap_or_default(),
                 ]);
             }
