@@ -3,12 +3,8 @@
 //! finished, and each wait before a retry. A trace draws them as the
 //! session's lane.
 
-use rusqlite::params;
 use serde::{Deserialize, Serialize};
-use warden_protocol::{MessageId, Millis, SessionId};
-
-use super::Ledger;
-use crate::error::Result;
+use warden_protocol::{MessageId, Millis};
 
 /// What a phase mark records.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -50,70 +46,11 @@ pub struct Phase {
     pub kind: PhaseKind,
 }
 
-const INSERT_PHASE: &str = "\
-    INSERT INTO phase (session_id, seq, message_id, at, kind, detail)
-    VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM phase WHERE session_id = ?1), ?2, ?3, ?4, ?5)";
-
-impl Ledger {
-    /// Record a phase mark of a session.
-    pub fn mark_phase(
-        &self,
-        session: &SessionId,
-        message: Option<&MessageId>,
-        at: Millis,
-        kind: &PhaseKind,
-    ) -> Result<()> {
-        let detail = serde_json::to_string(kind)
-            .map_err(|e| crate::error::CoreError::Internal(e.to_string()))?;
-        // Through the fenced write path: a runner that lost its lease marks nothing.
-        self.write(session, |tx| {
-            tx.prepare_cached(INSERT_PHASE)?.execute(params![
-                session.as_str(),
-                message.map(|m| m.as_str()),
-                at,
-                kind.name(),
-                detail
-            ])?;
-            Ok(())
-        })
-    }
-
-    /// A session's phase marks, in order. A row this warden cannot read (from
-    /// a newer one) is skipped, not fatal: the trace is a view.
-    pub fn phases(&self, session: &SessionId) -> Result<Vec<Phase>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT seq, at, message_id, detail FROM phase WHERE session_id = ?1 ORDER BY seq",
-        )?;
-        let rows = stmt.query_map(params![session.as_str()], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, Option<String>>(2)?,
-                r.get::<_, Option<String>>(3)?,
-            ))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (seq, at, message_id, detail) = row?;
-            let Some(kind) = detail.and_then(|d| serde_json::from_str(&d).ok()) else {
-                continue;
-            };
-            out.push(Phase {
-                seq,
-                at,
-                message_id: message_id.map(MessageId),
-                kind,
-            });
-        }
-        Ok(out)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::bus::Bus;
+    use crate::ledger::Ledger;
 
     #[test]
     fn marks_come_back_in_order() {
