@@ -388,3 +388,6 @@ impl Store for SqliteStore {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests;
