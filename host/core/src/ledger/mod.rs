@@ -410,18 +410,20 @@ impl Ledger {
         Ok(wait(self.store.audit_trail(session))?)
     }
 
-    /// Record a phase mark of a session (fenced: a runner that lost its
-    /// lease marks nothing).
-    pub fn mark_phase(
+    /// Record phase marks of a session, `(when, what)`, in one transaction
+    /// (fenced: a runner that lost its lease marks nothing).
+    pub fn mark_phases(
         &self,
         session: &SessionId,
         message: Option<&MessageId>,
-        at: Millis,
-        kind: &PhaseKind,
+        marks: &[(Millis, PhaseKind)],
     ) -> Result<()> {
+        if marks.is_empty() {
+            return Ok(());
+        }
         self.write(session, async |fence| {
             self.store
-                .mark_phase(session, message, at, kind, fence)
+                .mark_phases(session, message, marks, fence)
                 .await
         })
     }

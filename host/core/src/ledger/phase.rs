@@ -1,7 +1,8 @@
 //! The session's own phases, besides its tool calls' states: when each
 //! model request was sent, when its first token came, when its step
 //! finished, and each wait before a retry. A trace draws them as the
-//! session's lane.
+//! session's lane. How they are stored is each backend's (SQLite: a
+//! numeric kind and three columns, `sqlite/phase.rs`).
 
 use serde::{Deserialize, Serialize};
 use warden_protocol::{MessageId, Millis};
@@ -22,18 +23,6 @@ pub enum PhaseKind {
         until: Millis,
         message: String,
     },
-}
-
-impl PhaseKind {
-    /// The stored name (`kind` column).
-    pub fn name(&self) -> &'static str {
-        match self {
-            PhaseKind::ModelRequest { .. } => "model_request",
-            PhaseKind::FirstToken => "first_token",
-            PhaseKind::StepFinish { .. } => "step_finish",
-            PhaseKind::RetryWait { .. } => "retry_wait",
-        }
-    }
 }
 
 /// One recorded phase mark.
@@ -70,12 +59,30 @@ mod tests {
                 reason: "stop".into(),
             },
         ];
-        for (i, k) in kinds.iter().enumerate() {
-            ledger
-                .mark_phase(&s.id, Some(&m), 10 * i as i64, k)
-                .unwrap();
-        }
+        // The message the marks belong to must exist (marks point at its key).
+        ledger
+            .put_message(&warden_protocol::MessageInfo::User(
+                warden_protocol::UserInfo {
+                    id: m.clone(),
+                    session_id: s.id.clone(),
+                    time: warden_protocol::MessageTime::at(0),
+                    agent: "build".into(),
+                    model: warden_protocol::ModelRef {
+                        provider: "scripted".into(),
+                        model: "x".into(),
+                    },
+                },
+            ))
+            .unwrap();
+        let marks: Vec<(i64, PhaseKind)> = kinds
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (10 * i as i64, k.clone()))
+            .collect();
+        ledger.mark_phases(&s.id, Some(&m), &marks[..2]).unwrap();
+        ledger.mark_phases(&s.id, Some(&m), &marks[2..]).unwrap();
         let got = ledger.phases(&s.id).unwrap();
+        assert!(got.iter().all(|p| p.message_id.as_ref() == Some(&m)));
         assert_eq!(
             got.iter()
                 .map(|p| (p.seq, p.at, p.kind.clone()))

@@ -147,13 +147,13 @@ pub trait Store: Send + Sync {
     /// The session's audit trail, entry by entry, numbered from 1.
     async fn audit_trail(&self, session: &SessionId) -> Result<Vec<AuditEntry>>;
 
-    /// Append a phase mark (fenced).
-    async fn mark_phase(
+    /// Append phase marks `(when, what)` of one message, in one fenced
+    /// transaction.
+    async fn mark_phases(
         &self,
         session: &SessionId,
         message: Option<&MessageId>,
-        at: Millis,
-        kind: &PhaseKind,
+        marks: &[(Millis, PhaseKind)],
         fence: Option<&Fence>,
     ) -> Result<()>;
 

@@ -319,23 +319,22 @@ impl Store for SqliteStore {
         self.run(move |c| audit::read(c, &session)).await
     }
 
-    async fn mark_phase(
+    async fn mark_phases(
         &self,
         session: &SessionId,
         message: Option<&MessageId>,
-        at: Millis,
-        kind: &PhaseKind,
+        marks: &[(Millis, PhaseKind)],
         fence: Option<&Fence>,
     ) -> Result<()> {
-        let (session, message, kind, fence) = (
+        let (session, message, marks, fence) = (
             session.clone(),
             message.cloned(),
-            kind.clone(),
+            marks.to_vec(),
             fence.cloned(),
         );
         self.run(move |c| {
             write(c, &session, fence.as_ref(), |tx| {
-                phase::insert(tx, &session, message.as_ref(), at, &kind)
+                phase::insert(tx, &session, message.as_ref(), &marks)
             })
         })
         .await

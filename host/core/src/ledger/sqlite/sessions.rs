@@ -78,20 +78,18 @@ pub fn update_permission(
 
 /// Delete the session and what is recorded about it; `false` if there was none.
 pub fn delete(tx: &Transaction<'_>, id: &SessionId) -> Result<bool> {
-    // Messages and parts go with the session (foreign keys); the timeline
-    // and audit trail are removed by its key, the lease and phases by its id.
-    for table in ["part_event", "audit"] {
+    // Messages and parts go with the session (foreign keys); the timeline,
+    // audit trail and phases are removed by its key, the lease by its id.
+    for table in ["part_event", "audit", "phase"] {
         tx.execute(
             &format!("DELETE FROM {table} WHERE session = (SELECT key FROM session WHERE id = ?1)"),
             params![id.as_str()],
         )?;
     }
-    for table in ["runner_lease", "phase"] {
-        tx.execute(
-            &format!("DELETE FROM {table} WHERE session_id = ?1"),
-            params![id.as_str()],
-        )?;
-    }
+    tx.execute(
+        "DELETE FROM runner_lease WHERE session_id = ?1",
+        params![id.as_str()],
+    )?;
     Ok(tx.execute("DELETE FROM session WHERE id = ?1", params![id.as_str()])? > 0)
 }
 

@@ -121,7 +121,7 @@ async fn every_write_with_a_taken_over_fence_is_refused_and_changes_nothing() {
     fenced(&s.id, a.audit(&s.id, &[entry(&s.id, "denied")], Some(&fa)).await);
     fenced(
         &s.id,
-        a.mark_phase(&s.id, None, 3, &PhaseKind::FirstToken, Some(&fa))
+        a.mark_phases(&s.id, None, &[(3, PhaseKind::FirstToken)], Some(&fa))
             .await,
     );
     fenced(&s.id, a.touch_session(&s.id, Some(&fa)).await);
