@@ -422,9 +422,7 @@ impl Ledger {
             return Ok(());
         }
         self.write(session, async |fence| {
-            self.store
-                .mark_phases(session, message, marks, fence)
-                .await
+            self.store.mark_phases(session, message, marks, fence).await
         })
     }
 
@@ -449,12 +447,11 @@ impl Ledger {
         ttl_ms: i64,
         holder_is_dead: impl Fn(&str) -> bool + Send + Sync + 'static,
     ) -> Result<std::result::Result<Fence, LeaseHeld>> {
-        let taken = wait(self.store.acquire_lease(
-            session,
-            holder,
-            ttl_ms,
-            Arc::new(holder_is_dead),
-        ))?;
+        let taken =
+            wait(
+                self.store
+                    .acquire_lease(session, holder, ttl_ms, Arc::new(holder_is_dead)),
+            )?;
         let fence = match taken {
             Ok(fence) => fence,
             Err(held) => return Ok(Err(held)),

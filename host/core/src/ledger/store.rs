@@ -177,8 +177,7 @@ pub trait Store: Send + Sync {
 
     /// Extend the lease `fence` names by `ttl_ms` from now; `false` if it
     /// is no longer current (taken over).
-    async fn renew_lease(&self, session: &SessionId, fence: &Fence, ttl_ms: i64)
-    -> Result<bool>;
+    async fn renew_lease(&self, session: &SessionId, fence: &Fence, ttl_ms: i64) -> Result<bool>;
 
     /// Give the lease back, if `fence` is still current. Its epoch stays.
     async fn release_lease(&self, session: &SessionId, fence: &Fence) -> Result<()>;

@@ -493,7 +493,8 @@ fn a_call_is_one_audit_row_and_reads_back_entry_by_entry() {
         entry("after", Some(&"a".repeat(64)), 12),
     ];
     l.audit_all(&entries).unwrap();
-    let rows: i64 = store.with_conn(|c| c.query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0)));
+    let rows: i64 =
+        store.with_conn(|c| c.query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0)));
     assert_eq!(rows, 1);
     let back = l.audit_trail(&s.id).unwrap();
     let expected: Vec<AuditEntry> = entries

@@ -37,7 +37,9 @@ impl Checkpointer {
                     }
                 }
             })
-            .map_err(|e| LedgerError::Storage(format!("cannot start the checkpoint thread: {e}")))?;
+            .map_err(|e| {
+                LedgerError::Storage(format!("cannot start the checkpoint thread: {e}"))
+            })?;
         Ok(Checkpointer {
             stop: Some(stop),
             thread: Some(thread),

@@ -6,8 +6,8 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use warden_protocol::{Millis, SessionId};
 
 use super::Result;
-use crate::ledger::store::{Fence, HolderIsDead, LeaseHeld};
 use crate::ledger::LedgerError;
+use crate::ledger::store::{Fence, HolderIsDead, LeaseHeld};
 
 /// Take (or renew) the lease in one write transaction; see `Store::acquire_lease`.
 pub fn acquire(

@@ -45,7 +45,12 @@ pub fn encode_part(part: &Part) -> Result<String> {
 }
 
 /// Insert or update a header (already encoded); `false` if its session is missing.
-pub fn put_message(tx: &Transaction<'_>, info: &MessageInfo, body: &str, now: Millis) -> Result<bool> {
+pub fn put_message(
+    tx: &Transaction<'_>,
+    info: &MessageInfo,
+    body: &str,
+    now: Millis,
+) -> Result<bool> {
     Ok(tx.prepare_cached(UPSERT_MESSAGE)?.execute(params![
         info.id().as_str(),
         info.session_id().as_str(),

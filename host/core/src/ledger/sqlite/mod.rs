@@ -368,8 +368,7 @@ impl Store for SqliteStore {
 
     async fn release_lease(&self, session: &SessionId, fence: &Fence) -> Result<()> {
         let (session, fence) = (session.clone(), fence.clone());
-        self.run(move |c| lease::release(c, &session, &fence))
-            .await
+        self.run(move |c| lease::release(c, &session, &fence)).await
     }
 
     async fn leases(&self) -> Result<Vec<(SessionId, String, Millis)>> {

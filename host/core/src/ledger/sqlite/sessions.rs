@@ -104,10 +104,11 @@ pub fn touch(tx: &Transaction<'_>, id: &SessionId, now: Millis) -> Result<bool> 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<SessionInfo>> {
     let id: String = r.get(0)?;
     let permission: String = r.get(3)?;
-    let rules = match decode::<Vec<Rule>>(&permission, || format!("permission rules of session {id}")) {
-        Ok(rules) => rules,
-        Err(e) => return Ok(Err(e)),
-    };
+    let rules =
+        match decode::<Vec<Rule>>(&permission, || format!("permission rules of session {id}")) {
+            Ok(rules) => rules,
+            Err(e) => return Ok(Err(e)),
+        };
     Ok(Ok(SessionInfo::new(
         SessionId(id),
         r.get(1)?,

@@ -118,7 +118,10 @@ async fn every_write_with_a_taken_over_fence_is_refused_and_changes_nothing() {
         a.put_part(&tool(&first), true, &[entry(&s.id, "allowed")], Some(&fa))
             .await,
     );
-    fenced(&s.id, a.audit(&s.id, &[entry(&s.id, "denied")], Some(&fa)).await);
+    fenced(
+        &s.id,
+        a.audit(&s.id, &[entry(&s.id, "denied")], Some(&fa)).await,
+    );
     fenced(
         &s.id,
         a.mark_phases(&s.id, None, &[(3, PhaseKind::FirstToken)], Some(&fa))
