@@ -89,8 +89,7 @@ pub(super) fn quick_check(conn: &Connection, path: &str) -> Result<(), LedgerErr
         Err(LedgerError::Damaged {
             path: path.to_string(),
             reason: first,
-        }
-        .into())
+        })
     }
 }
 
