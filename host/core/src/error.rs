@@ -8,32 +8,10 @@ pub use crate::ledger::LedgerError;
 /// Errors of the agent core.
 #[derive(Debug, thiserror::Error)]
 pub enum CoreError {
-    /// The ledger failed, is damaged, or fenced off a stale runner's write
-    /// (see [`LedgerError`]). The loop stops and nothing written before is lost.
+    /// The ledger failed, is damaged or unreadable, is of another version,
+    /// or fenced off a stale runner's write (see [`LedgerError`]). The loop stops and nothing written before is lost.
     #[error(transparent)]
     Ledger(#[from] LedgerError),
-
-    /// A row in the ledger does not decode. Raised by the ledger when reading;
-    /// the loop stops rather than act on a history it cannot read.
-    #[error("ledger: {what} is unreadable: {reason}")]
-    Corrupt { what: String, reason: String },
-
-    /// The ledger was written by a newer warden. Raised when opening.
-    #[error(
-        "the ledger at {path} has schema version {found}, newer than this warden understands ({supported}); upgrade warden"
-    )]
-    LedgerTooNew {
-        path: String,
-        found: i64,
-        supported: i64,
-    },
-
-    /// The ledger has this version's number but an older development layout
-    /// (written before 0.1 fixed its schema). Raised when opening.
-    #[error(
-        "the ledger at {path} was written by a development build of warden with an older layout; move it away (or pass another --data-dir) and warden starts a new one"
-    )]
-    LedgerPreRelease { path: String },
 
     /// No such session. Raised by every per-session entry point.
     #[error("no session {0}; `warden session list` shows the sessions in this ledger")]

@@ -5,7 +5,10 @@
 //!
 //! Where to start reading: [`session`] (`Core::prompt` → the session's actor,
 //! which holds its lease → [`session::run_loop`] → [`session::turn`]), then
-//! [`ledger`] (its one fenced write path, `Ledger::write`) and [`boundary`]
+//! [`ledger`] (`Ledger`: bus, fences and held-session cache, above
+//! [`ledger::Store`], the storage interface `ledger/sqlite/` implements,
+//! whose every write checks the lease's fence in its own transaction) and
+//! [`boundary`]
 //! (the host boundary: permission, hooks, guest, audit). The
 //! tool state machine itself is `warden_protocol::tool_state`.
 

@@ -89,11 +89,7 @@ impl From<CoreError> for ApiError {
             | CoreError::NoUserMessage(_) => Self::bad_request(message),
             CoreError::Cancelled => Self::new(StatusCode::CONFLICT, "cancelled", message),
             CoreError::Provider(_) => Self::new(StatusCode::BAD_GATEWAY, "provider", message),
-            CoreError::Ledger(_)
-            | CoreError::Corrupt { .. }
-            | CoreError::LedgerTooNew { .. }
-            | CoreError::LedgerPreRelease { .. }
-            | CoreError::Internal(_) => {
+            CoreError::Ledger(_) | CoreError::Internal(_) => {
                 tracing::error!("{message}");
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
             }

@@ -25,6 +25,35 @@ pub enum LedgerError {
         "session {session}: this process lost the session's runner lease to another process, so it writes nothing more to it"
     )]
     Fenced { session: SessionId },
+
+    /// A row does not decode. Raised when reading; the loop stops rather
+    /// than act on a history it cannot read.
+    #[error("ledger: {what} is unreadable: {reason}")]
+    Corrupt { what: String, reason: String },
+
+    /// The ledger was written by a newer warden. Raised when opening.
+    #[error(
+        "the ledger at {path} has schema version {found}, newer than this warden understands ({supported}); upgrade warden"
+    )]
+    TooNew {
+        path: String,
+        found: i64,
+        supported: i64,
+    },
+
+    /// The ledger has this version's number but an older development layout
+    /// (written before 0.1 fixed its schema). Raised when opening.
+    #[error(
+        "the ledger at {path} was written by a development build of warden with an older layout; move it away (or pass another --data-dir) and warden starts a new one"
+    )]
+    PreRelease { path: String },
+}
+
+impl LedgerError {
+    /// A value the ledger could not encode for storage (a bug, not input).
+    pub(crate) fn encode(what: &str, e: impl std::fmt::Display) -> LedgerError {
+        LedgerError::Storage(format!("cannot encode {what}: {e}"))
+    }
 }
 
 fn damaged_text(path: &str, reason: &str) -> String {

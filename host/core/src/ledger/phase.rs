@@ -1,14 +1,11 @@
 //! The session's own phases, besides its tool calls' states: when each
 //! model request was sent, when its first token came, when its step
 //! finished, and each wait before a retry. A trace draws them as the
-//! session's lane.
+//! session's lane. How they are stored is each backend's (SQLite: a
+//! numeric kind and three columns, `sqlite/phase.rs`).
 
-use rusqlite::params;
 use serde::{Deserialize, Serialize};
-use warden_protocol::{MessageId, Millis, SessionId};
-
-use super::Ledger;
-use crate::error::Result;
+use warden_protocol::{MessageId, Millis};
 
 /// What a phase mark records.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,57 +25,6 @@ pub enum PhaseKind {
     },
 }
 
-impl PhaseKind {
-    /// The stored kind (`kind` column).
-    fn code(&self) -> i64 {
-        match self {
-            PhaseKind::ModelRequest { .. } => 0,
-            PhaseKind::FirstToken => 1,
-            PhaseKind::StepFinish { .. } => 2,
-            PhaseKind::RetryWait { .. } => 3,
-        }
-    }
-
-    /// The stored columns besides the kind: (attempt, until, detail).
-    fn columns(&self) -> (Option<u32>, Option<Millis>, Option<&str>) {
-        match self {
-            PhaseKind::ModelRequest { attempt } => (Some(*attempt), None, None),
-            PhaseKind::FirstToken => (None, None, None),
-            PhaseKind::StepFinish { reason } => (None, None, Some(reason)),
-            PhaseKind::RetryWait {
-                attempt,
-                until,
-                message,
-            } => (Some(*attempt), Some(*until), Some(message)),
-        }
-    }
-
-    /// Back from the stored columns; `None` for a kind this warden does not
-    /// know (written by a newer one).
-    fn read(
-        code: i64,
-        attempt: Option<u32>,
-        until: Option<Millis>,
-        detail: Option<String>,
-    ) -> Option<PhaseKind> {
-        Some(match code {
-            0 => PhaseKind::ModelRequest {
-                attempt: attempt.unwrap_or(1),
-            },
-            1 => PhaseKind::FirstToken,
-            2 => PhaseKind::StepFinish {
-                reason: detail.unwrap_or_default(),
-            },
-            3 => PhaseKind::RetryWait {
-                attempt: attempt.unwrap_or(1),
-                until: until.unwrap_or(0),
-                message: detail.unwrap_or_default(),
-            },
-            _ => return None,
-        })
-    }
-}
-
 /// One recorded phase mark.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Phase {
@@ -89,81 +35,11 @@ pub struct Phase {
     pub kind: PhaseKind,
 }
 
-const INSERT_PHASE: &str = "\
-    INSERT INTO phase (session, seq, message, at, kind, attempt, until_at, detail)
-    SELECT s.key,
-           (SELECT COALESCE(MAX(seq), 0) + 1 FROM phase WHERE session = s.key),
-           (SELECT m.key FROM message m WHERE m.session = s.key AND m.id = ?2),
-           ?3, ?4, ?5, ?6, ?7
-    FROM session s WHERE s.id = ?1";
-
-impl Ledger {
-    /// Record phase marks of a session, `(when, what)`, in one transaction.
-    pub fn mark_phases(
-        &self,
-        session: &SessionId,
-        message: Option<&MessageId>,
-        marks: &[(Millis, PhaseKind)],
-    ) -> Result<()> {
-        if marks.is_empty() {
-            return Ok(());
-        }
-        // Through the fenced write path: a runner that lost its lease marks nothing.
-        self.write(session, |tx| {
-            let mut insert = tx.prepare_cached(INSERT_PHASE)?;
-            for (at, kind) in marks {
-                let (attempt, until, detail) = kind.columns();
-                insert.execute(params![
-                    session.as_str(),
-                    message.map(|m| m.as_str()),
-                    at,
-                    kind.code(),
-                    attempt,
-                    until,
-                    detail
-                ])?;
-            }
-            Ok(())
-        })
-    }
-
-    /// A session's phase marks, in order. A row this warden cannot read (from
-    /// a newer one) is skipped, not fatal: the trace is a view.
-    pub fn phases(&self, session: &SessionId) -> Result<Vec<Phase>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT p.seq, p.at, m.id, p.kind, p.attempt, p.until_at, p.detail
-             FROM phase p JOIN session s ON s.key = p.session
-             LEFT JOIN message m ON m.key = p.message
-             WHERE s.id = ?1 ORDER BY p.seq",
-        )?;
-        let rows = stmt.query_map(params![session.as_str()], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, Option<String>>(2)?,
-                PhaseKind::read(r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?),
-            ))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (seq, at, message_id, kind) = row?;
-            let Some(kind) = kind else { continue };
-            out.push(Phase {
-                seq,
-                at,
-                message_id: message_id.map(MessageId),
-                kind,
-            });
-        }
-        Ok(out)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::bus::Bus;
+    use crate::ledger::Ledger;
 
     #[test]
     fn marks_come_back_in_order() {

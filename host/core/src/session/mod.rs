@@ -303,7 +303,7 @@ impl Core {
         if !switches.is_empty() {
             self.inner
                 .ledger
-                .update_session_permission(&session.id, |rules| {
+                .update_session_permission(&session.id, move |rules| {
                     for (permission, on) in &switches {
                         rules.retain(|r| {
                             !(&r.permission == permission

@@ -5,7 +5,8 @@
 
 use rusqlite::Connection;
 
-use crate::error::{CoreError, Result};
+use super::Result;
+use crate::ledger::LedgerError;
 
 /// Migration `i` takes the schema from version `i` to `i + 1`.
 pub const MIGRATIONS: &[&str] = &[
@@ -264,7 +265,7 @@ pub fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     let supported = MIGRATIONS.len() as i64;
     if version > supported {
-        return Err(CoreError::LedgerTooNew {
+        return Err(LedgerError::TooNew {
             path: path.to_string(),
             found: version,
             supported,
@@ -278,7 +279,7 @@ pub fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
         |r| r.get(0),
     )?;
     if version == 1 && !keyed_by_session {
-        return Err(CoreError::LedgerPreRelease {
+        return Err(LedgerError::PreRelease {
             path: path.to_string(),
         });
     }

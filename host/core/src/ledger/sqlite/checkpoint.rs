@@ -4,19 +4,20 @@ use std::path::Path;
 
 use rusqlite::Connection;
 
-use crate::error::{CoreError, Result};
+use super::Result;
+use crate::ledger::LedgerError;
 
 /// Moves the write-ahead log into the database file from a thread of its own,
 /// on its own connection, so that no write of a tool call pays for it. Left
 /// to SQLite, the commit that crosses the log's threshold copies it back and
 /// syncs the file: one tool call in a hundred took milliseconds longer.
-pub(super) struct Checkpointer {
+pub(crate) struct Checkpointer {
     stop: Option<std::sync::mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Checkpointer {
-    pub(super) const EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+    pub(crate) const EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
     pub(super) fn start(path: &Path) -> Result<Checkpointer> {
         let conn = Connection::open(path)?;
@@ -36,7 +37,9 @@ impl Checkpointer {
                     }
                 }
             })
-            .map_err(|e| CoreError::Internal(format!("cannot start the checkpoint thread: {e}")))?;
+            .map_err(|e| {
+                LedgerError::Storage(format!("cannot start the checkpoint thread: {e}"))
+            })?;
         Ok(Checkpointer {
             stop: Some(stop),
             thread: Some(thread),

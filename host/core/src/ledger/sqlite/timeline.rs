@@ -7,21 +7,11 @@
 //! what its row adds.
 
 use rusqlite::{Connection, params};
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use warden_protocol::{MessageId, Millis, Part, PartBody, SessionId, ToolState};
 
-use super::codec;
-use crate::error::{CoreError, Result};
-
-/// One recorded change of a part: the replayable timeline.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PartEvent {
-    pub seq: i64,
-    pub at: Millis,
-    pub message_id: MessageId,
-    pub part: Part,
-}
+use super::{Result, codec};
+use crate::ledger::{LedgerError, PartEvent};
 
 const INSERT: &str = "\
     INSERT INTO part_event (session, seq, message, part, status, at, adds)
@@ -140,7 +130,7 @@ pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<PartEvent>> {
     let mut out = Vec::new();
     for row in rows {
         let (seq, at, message_id, part_id, status, adds, body) = row?;
-        let corrupt = |reason: String| CoreError::Corrupt {
+        let corrupt = |reason: String| LedgerError::Corrupt {
             what: format!("part event {seq}"),
             reason,
         };

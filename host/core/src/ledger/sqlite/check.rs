@@ -6,8 +6,7 @@ use std::path::Path;
 
 use rusqlite::Connection;
 
-use super::LedgerError;
-use crate::error::CoreError;
+use crate::ledger::LedgerError;
 
 /// What `warden ledger check` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,7 +79,7 @@ fn integrity_problems(path: &Path) -> rusqlite::Result<Vec<String>> {
 
 /// The quick check an open runs (pages and structure, not every index
 /// entry): a ledger with damage is refused before anything is written to it.
-pub(super) fn quick_check(conn: &Connection, path: &str) -> Result<(), CoreError> {
+pub(super) fn quick_check(conn: &Connection, path: &str) -> Result<(), LedgerError> {
     let first: String = conn
         .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
         .map_err(|e| named(e.into(), path))?;
@@ -90,8 +89,7 @@ pub(super) fn quick_check(conn: &Connection, path: &str) -> Result<(), CoreError
         Err(LedgerError::Damaged {
             path: path.to_string(),
             reason: first,
-        }
-        .into())
+        })
     }
 }
 
@@ -104,15 +102,12 @@ pub(super) fn is_damage(e: &rusqlite::Error) -> bool {
 }
 
 /// Put the ledger's path into a damage error raised without it.
-pub(super) fn named(e: CoreError, path: &str) -> CoreError {
+pub(super) fn named(e: LedgerError, path: &str) -> LedgerError {
     match e {
-        CoreError::Ledger(LedgerError::Damaged { path: p, reason }) if p.is_empty() => {
-            LedgerError::Damaged {
-                path: path.to_string(),
-                reason,
-            }
-            .into()
-        }
+        LedgerError::Damaged { path: p, reason } if p.is_empty() => LedgerError::Damaged {
+            path: path.to_string(),
+            reason,
+        },
         other => other,
     }
 }
@@ -127,11 +122,5 @@ impl From<rusqlite::Error> for LedgerError {
         } else {
             LedgerError::Storage(e.to_string())
         }
-    }
-}
-
-impl From<rusqlite::Error> for CoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        CoreError::Ledger(e.into())
     }
 }

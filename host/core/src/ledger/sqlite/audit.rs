@@ -7,37 +7,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use warden_protocol::{MessageId, Millis, SessionId};
+use warden_protocol::{MessageId, SessionId};
 
-use crate::error::{CoreError, Result};
-
-/// One decision or guest call at the host boundary.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AuditEntry {
-    /// Its place in the session's trail (numbered when read).
-    #[serde(default)]
-    pub seq: i64,
-    pub session_id: SessionId,
-    pub message_id: Option<MessageId>,
-    pub call_id: Option<String>,
-    pub at: Millis,
-    /// `permission`, `before`, `tool`, `after`, `ask`; `stdout` / `stderr`
-    /// for what a guest printed during the call.
-    pub stage: String,
-    /// What was called or checked: `read` (tool), `plugin:name` (guest), ...
-    pub subject: String,
-    /// The guest's content hash, for guest calls.
-    pub plugin_hash: Option<String>,
-    /// `allowed`, `denied`, `asked:once`, `asked:reject`, ...
-    pub decision: String,
-    /// The rule that decided, as `permission pattern action`.
-    pub rule: Option<String>,
-    pub duration_us: Option<i64>,
-    /// `ok`, or what went wrong.
-    pub outcome: Option<String>,
-}
+use super::Result;
+use crate::ledger::{AuditEntry, LedgerError};
 
 const INSERT: &str = "\
     INSERT INTO audit (session, seq, message, call_id, at, entries)
@@ -139,7 +113,7 @@ pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<AuditEntry>> {
     let mut out = Vec::new();
     for row in rows {
         let (seq, message_id, call_id, at, entries) = row?;
-        let corrupt = |reason: String| CoreError::Corrupt {
+        let corrupt = |reason: String| LedgerError::Corrupt {
             what: format!("audit row {seq}"),
             reason,
         };

@@ -1,0 +1,186 @@
+//! Message and part rows in SQLite. A row keeps in columns what identifies
+//! it (role, ids, part kind) and the rest as JSON without those fields
+//! (see `codec`); reading splices them back.
+
+use rusqlite::{Connection, Transaction, params};
+use warden_protocol::{MessageInfo, MessageWithParts, Millis, Part, PartBody, SessionId};
+
+use super::{Result, audit, codec, decode, timeline};
+use crate::ledger::{AuditEntry, LedgerError};
+
+// The statements every step runs, prepared once per connection.
+const UPSERT_MESSAGE: &str = "\
+    INSERT INTO message (session, id, role, info, created_at, updated_at)
+    SELECT key, ?1, ?3, ?4, ?5, ?6 FROM session WHERE id = ?2
+    ON CONFLICT(session, id) DO UPDATE SET info = excluded.info, updated_at = excluded.updated_at";
+const UPSERT_PART: &str = "\
+    INSERT INTO part (message, id, kind, body)
+    SELECT m.key, ?3, ?4, ?5 FROM message m JOIN session s ON s.key = m.session
+    WHERE s.id = ?1 AND m.id = ?2
+    ON CONFLICT(message, id) DO UPDATE SET body = excluded.body";
+
+/// The header as stored: without its role and ids, which are columns of the row.
+pub fn encode_message(info: &MessageInfo) -> Result<String> {
+    let body = serde_json::to_string(info).map_err(|e| LedgerError::encode("a message", e))?;
+    let (role, id, sid) = (
+        codec::quoted(info.role()),
+        codec::quoted(info.id().as_str()),
+        codec::quoted(info.session_id().as_str()),
+    );
+    Ok(codec::slim_tokens(codec::strip(
+        body,
+        &[("role", &role), ("id", &id), ("sessionID", &sid)],
+    )))
+}
+
+/// The part as stored: without its type and ids, which are columns of the row.
+pub fn encode_part(part: &Part) -> Result<String> {
+    let body = serde_json::to_string(&part.body).map_err(|e| LedgerError::encode("a part", e))?;
+    let body = codec::strip(body, &[("type", &codec::quoted(part.body.kind()))]);
+    Ok(if matches!(part.body, PartBody::StepFinish { .. }) {
+        codec::slim_tokens(body)
+    } else {
+        body
+    })
+}
+
+/// Insert or update a header (already encoded); `false` if its session is missing.
+pub fn put_message(
+    tx: &Transaction<'_>,
+    info: &MessageInfo,
+    body: &str,
+    now: Millis,
+) -> Result<bool> {
+    Ok(tx.prepare_cached(UPSERT_MESSAGE)?.execute(params![
+        info.id().as_str(),
+        info.session_id().as_str(),
+        info.role(),
+        body,
+        info.created(),
+        now
+    ])? > 0)
+}
+
+/// Insert or update a part (already encoded), its timeline row when asked,
+/// and `audit`, all inside `tx`.
+pub fn put_part(
+    tx: &Transaction<'_>,
+    guests: &audit::GuestKeys,
+    part: &Part,
+    body: &str,
+    timeline: bool,
+    entries: &[AuditEntry],
+    now: Millis,
+) -> Result<()> {
+    let n = tx.prepare_cached(UPSERT_PART)?.execute(params![
+        part.session_id.as_str(),
+        part.message_id.as_str(),
+        part.id.as_str(),
+        codec::kind_code(&part.body),
+        body,
+    ])?;
+    if n == 0 {
+        return Err(LedgerError::Corrupt {
+            what: format!("part {}", part.id),
+            reason: format!(
+                "its message {} of session {} is not in the ledger",
+                part.message_id, part.session_id
+            ),
+        });
+    }
+    if timeline {
+        timeline::insert(tx, part, now)?;
+    }
+    if !entries.is_empty() {
+        audit::insert(tx, guests, entries)?;
+    }
+    Ok(())
+}
+
+/// Every message of a session with its parts, in id order.
+pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<MessageWithParts>> {
+    let mut out: Vec<MessageWithParts> = Vec::new();
+    let mut keys: Vec<i64> = Vec::new();
+    let sid = codec::quoted(session.as_str());
+    {
+        let mut stmt = conn.prepare_cached(
+            "SELECT m.key, m.id, m.role, m.info FROM message m JOIN session s ON s.key = m.session
+             WHERE s.id = ?1 ORDER BY m.id",
+        )?;
+        let rows = stmt.query_map(params![session.as_str()], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        })?;
+        for row in rows {
+            let (key, id, role, info) = row?;
+            let info = codec::splice(
+                &info,
+                &[
+                    ("role", &codec::quoted(&role)),
+                    ("id", &codec::quoted(&id)),
+                    ("sessionID", &sid),
+                ],
+            );
+            let info: MessageInfo = decode(&info, || format!("message {id}"))?;
+            keys.push(key);
+            out.push(MessageWithParts {
+                info,
+                parts: Vec::new(),
+            });
+        }
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT p.message, p.id, p.kind, p.body FROM part p JOIN message m ON m.key = p.message
+         JOIN session s ON s.key = m.session WHERE s.id = ?1 ORDER BY m.id, p.id",
+    )?;
+    let rows = stmt.query_map(params![session.as_str()], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, i64>(2)?,
+            r.get::<_, String>(3)?,
+        ))
+    })?;
+    let mut idx = 0;
+    for row in rows {
+        let (message, id, kind, body) = row?;
+        let kind = codec::kind_name(kind).ok_or_else(|| LedgerError::Corrupt {
+            what: format!("part {id}"),
+            reason: format!("unknown kind code {kind}"),
+        })?;
+        let body = codec::splice(&body, &[("type", &codec::quoted(kind))]);
+        // Both lists are in message id order, so one forward walk pairs them.
+        while idx < keys.len() && keys[idx] != message {
+            idx += 1;
+        }
+        let Some(m) = out.get_mut(idx) else {
+            return Err(LedgerError::Corrupt {
+                what: format!("part {id}"),
+                reason: "its message is missing".into(),
+            });
+        };
+        m.parts.push(Part {
+            body: decode(&body, || format!("part {id}"))?,
+            id: id.into(),
+            session_id: session.clone(),
+            message_id: m.info.id().clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// How many assistant messages of the session began a model step.
+pub fn started_turns(conn: &Connection, session: &SessionId) -> Result<u32> {
+    let n: i64 = conn.query_row(
+        "SELECT COUNT(DISTINCT p.message) FROM part p JOIN message m ON m.key = p.message
+         JOIN session s ON s.key = m.session
+         WHERE s.id = ?1 AND p.kind = ?2 AND m.role = 'assistant'",
+        params![session.as_str(), codec::STEP_START],
+        |r| r.get(0),
+    )?;
+    Ok(n as u32)
+}

@@ -1,0 +1,391 @@
+//! The SQLite backend: one file, shared by every warden process on the
+//! machine. Every SQL statement and every SQLite setting lives in this
+//! folder, a module per kind of row.
+//!
+//! The connection belongs to a thread of its own: each call of [`Store`]
+//! sends a job there and awaits its answer, so no async worker waits on a
+//! lock or a disk while SQLite works, and calls run one at a time in the
+//! order they were sent (SQLite writes one transaction at a time anyway).
+//! Values are encoded for their rows on the caller's side, so the
+//! connection's thread does SQL only. A second thread moves the
+//! write-ahead log into the file (`checkpoint`).
+
+mod audit;
+mod check;
+pub(crate) mod checkpoint;
+mod codec;
+mod lease;
+mod messages;
+mod phase;
+pub(crate) mod schema;
+mod sessions;
+mod timeline;
+
+pub use check::{IntegrityReport, check_file};
+
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc;
+
+use async_trait::async_trait;
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+use warden_protocol::{
+    MessageId, MessageInfo, MessageWithParts, Millis, Part, SessionId, SessionInfo,
+};
+
+use super::phase::{Phase, PhaseKind};
+use super::store::{Fence, HolderIsDead, LeaseHeld, PermissionChange, Store};
+use super::{AuditEntry, LedgerError, PartEvent};
+use crate::clock::now_ms;
+use checkpoint::Checkpointer;
+
+type Result<T> = std::result::Result<T, LedgerError>;
+
+/// What the connection's thread runs.
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// The SQLite ledger.
+pub struct SqliteStore {
+    name: Arc<str>,
+    jobs: Option<mpsc::Sender<Job>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// The audit trail's keys of guest hashes.
+    guests: Arc<audit::GuestKeys>,
+    /// Stops with the store.
+    _checkpointer: Option<Checkpointer>,
+}
+
+impl SqliteStore {
+    /// Open (creating if needed) the ledger file at `path` and bring its
+    /// schema up to date. A file that is not a ledger, or whose pages do not
+    /// pass SQLite's quick check, is refused as damaged before anything is
+    /// written to it.
+    pub fn open(path: &Path) -> Result<SqliteStore> {
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                LedgerError::Storage(format!("cannot create {}: {e}", dir.display()))
+            })?;
+        }
+        let shown = path.display().to_string();
+        let opened = (|| -> Result<SqliteStore> {
+            let conn = Connection::open(path)?;
+            conn.busy_timeout(std::time::Duration::from_secs(10))?;
+            check::quick_check(&conn, &shown)?;
+            let conn = Self::prepare(conn, &shown)?;
+            // The checkpoint thread does the work; SQLite's own checkpoint on
+            // commit stays only as a backstop, should the log ever reach 40 MB.
+            conn.pragma_update(None, "wal_autocheckpoint", 10_000)?;
+            let mut store = Self::start(conn, &shown)?;
+            store._checkpointer = Some(Checkpointer::start(path)?);
+            Ok(store)
+        })();
+        opened.map_err(|e| check::named(e, &shown))
+    }
+
+    /// A private in-memory ledger, for tests.
+    pub fn in_memory() -> Result<SqliteStore> {
+        let conn = Self::prepare(Connection::open_in_memory()?, ":memory:")?;
+        Self::start(conn, ":memory:")
+    }
+
+    fn prepare(mut conn: Connection, name: &str) -> Result<Connection> {
+        // WAL + NORMAL survives a killed process (only power loss can lose the
+        // last transactions); the busy timeout lets processes share the file.
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        schema::migrate(&mut conn, name)?;
+        Ok(conn)
+    }
+
+    fn start(mut conn: Connection, name: &str) -> Result<SqliteStore> {
+        let (jobs, incoming) = mpsc::channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name("warden-ledger".into())
+            .spawn(move || {
+                while let Ok(job) = incoming.recv() {
+                    job(&mut conn);
+                }
+            })
+            .map_err(|e| LedgerError::Storage(format!("cannot start the ledger's thread: {e}")))?;
+        Ok(SqliteStore {
+            name: name.into(),
+            jobs: Some(jobs),
+            thread: Some(thread),
+            guests: Arc::new(audit::GuestKeys::default()),
+            _checkpointer: None,
+        })
+    }
+
+    /// Run `job` on the connection's thread and await its answer.
+    async fn run<T: Send + 'static>(
+        &self,
+        job: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let name = self.name.clone();
+        let job: Job = Box::new(move |conn| {
+            // A panic rolls its transaction back and is logged by the panic
+            // hook; the caller gets an error and the thread serves on.
+            if let Ok(out) = std::panic::catch_unwind(AssertUnwindSafe(|| job(conn))) {
+                let _ = answer.send(out.map_err(|e| check::named(e, &name)));
+            }
+        });
+        let stopped = || LedgerError::Storage("the ledger's connection thread has stopped".into());
+        self.jobs
+            .as_ref()
+            .ok_or_else(stopped)?
+            .send(job)
+            .map_err(|_| stopped())?;
+        answered.await.map_err(|_| {
+            LedgerError::Storage(
+                "a ledger call failed inside the ledger's thread (a bug); see the log".into(),
+            )
+        })?
+    }
+
+    /// Run `f` on the connection, blocking: for tests that look at rows.
+    #[cfg(test)]
+    pub(crate) fn with_conn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> T {
+        futures::executor::block_on(self.run(move |c| Ok(f(c)?))).expect("test query")
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread once the jobs sent are done.
+        drop(self.jobs.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The one path every write to a session takes: one transaction, and with
+/// a fence, the fence checked first inside it. Fenced writes take the write
+/// lock before they check, so no other process can take the lease between
+/// the check and the write.
+fn write<T>(
+    conn: &mut Connection,
+    session: &SessionId,
+    fence: Option<&Fence>,
+    f: impl FnOnce(&Transaction<'_>) -> Result<T>,
+) -> Result<T> {
+    let behaviour = match fence {
+        Some(_) => TransactionBehavior::Immediate,
+        None => TransactionBehavior::Deferred,
+    };
+    let tx = conn.transaction_with_behavior(behaviour)?;
+    if let Some(fence) = fence {
+        lease::check_fence(&tx, session, fence)?;
+    }
+    let out = f(&tx)?;
+    tx.commit()?;
+    Ok(out)
+}
+
+fn decode<T: serde::de::DeserializeOwned>(text: &str, what: impl FnOnce() -> String) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| LedgerError::Corrupt {
+        what: what(),
+        reason: e.to_string(),
+    })
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn create_session(&self, info: &SessionInfo) -> Result<()> {
+        let info = info.clone();
+        self.run(move |c| write(c, &info.id, None, |tx| sessions::create(tx, &info)))
+            .await
+    }
+
+    async fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>> {
+        let id = id.clone();
+        self.run(move |c| sessions::get(c, &id)).await
+    }
+
+    async fn sessions(&self) -> Result<Vec<SessionInfo>> {
+        self.run(|c| sessions::all(c)).await
+    }
+
+    async fn update_permission(
+        &self,
+        id: &SessionId,
+        fence: Option<&Fence>,
+        change: PermissionChange,
+    ) -> Result<Option<SessionInfo>> {
+        let (id, fence) = (id.clone(), fence.cloned());
+        self.run(move |c| {
+            write(c, &id, fence.as_ref(), |tx| {
+                if !sessions::update_permission(tx, &id, now_ms(), change)? {
+                    return Ok(None);
+                }
+                sessions::get(tx, &id)
+            })
+        })
+        .await
+    }
+
+    async fn delete_session(&self, id: &SessionId, fence: Option<&Fence>) -> Result<bool> {
+        let (id, fence) = (id.clone(), fence.cloned());
+        self.run(move |c| write(c, &id, fence.as_ref(), |tx| sessions::delete(tx, &id)))
+            .await
+    }
+
+    async fn touch_session(&self, id: &SessionId, fence: Option<&Fence>) -> Result<bool> {
+        let (id, fence) = (id.clone(), fence.cloned());
+        self.run(move |c| {
+            write(c, &id, fence.as_ref(), |tx| {
+                sessions::touch(tx, &id, now_ms())
+            })
+        })
+        .await
+    }
+
+    async fn put_message(&self, info: &MessageInfo, fence: Option<&Fence>) -> Result<bool> {
+        let body = messages::encode_message(info)?;
+        let (info, fence) = (info.clone(), fence.cloned());
+        self.run(move |c| {
+            write(c, info.session_id(), fence.as_ref(), |tx| {
+                messages::put_message(tx, &info, &body, now_ms())
+            })
+        })
+        .await
+    }
+
+    async fn put_part(
+        &self,
+        part: &Part,
+        timeline: bool,
+        audit: &[AuditEntry],
+        fence: Option<&Fence>,
+    ) -> Result<()> {
+        let body = messages::encode_part(part)?;
+        let (part, audit, fence) = (part.clone(), audit.to_vec(), fence.cloned());
+        let guests = self.guests.clone();
+        self.run(move |c| {
+            write(c, &part.session_id, fence.as_ref(), |tx| {
+                messages::put_part(tx, &guests, &part, &body, timeline, &audit, now_ms())
+            })
+        })
+        .await
+    }
+
+    async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
+        let session = session.clone();
+        self.run(move |c| messages::read(c, &session)).await
+    }
+
+    async fn started_turns(&self, session: &SessionId) -> Result<u32> {
+        let session = session.clone();
+        self.run(move |c| messages::started_turns(c, &session))
+            .await
+    }
+
+    async fn part_events(&self, session: &SessionId) -> Result<Vec<PartEvent>> {
+        let session = session.clone();
+        self.run(move |c| timeline::read(c, &session)).await
+    }
+
+    async fn audit(
+        &self,
+        session: &SessionId,
+        entries: &[AuditEntry],
+        fence: Option<&Fence>,
+    ) -> Result<()> {
+        let (session, entries, fence) = (session.clone(), entries.to_vec(), fence.cloned());
+        let guests = self.guests.clone();
+        self.run(move |c| {
+            write(c, &session, fence.as_ref(), |tx| {
+                audit::insert(tx, &guests, &entries)
+            })
+        })
+        .await
+    }
+
+    async fn audit_trail(&self, session: &SessionId) -> Result<Vec<AuditEntry>> {
+        let session = session.clone();
+        self.run(move |c| audit::read(c, &session)).await
+    }
+
+    async fn mark_phases(
+        &self,
+        session: &SessionId,
+        message: Option<&MessageId>,
+        marks: &[(Millis, PhaseKind)],
+        fence: Option<&Fence>,
+    ) -> Result<()> {
+        let (session, message, marks, fence) = (
+            session.clone(),
+            message.cloned(),
+            marks.to_vec(),
+            fence.cloned(),
+        );
+        self.run(move |c| {
+            write(c, &session, fence.as_ref(), |tx| {
+                phase::insert(tx, &session, message.as_ref(), &marks)
+            })
+        })
+        .await
+    }
+
+    async fn phases(&self, session: &SessionId) -> Result<Vec<Phase>> {
+        let session = session.clone();
+        self.run(move |c| phase::read(c, &session)).await
+    }
+
+    async fn acquire_lease(
+        &self,
+        session: &SessionId,
+        holder: &str,
+        ttl_ms: i64,
+        holder_is_dead: Arc<HolderIsDead>,
+    ) -> Result<std::result::Result<Fence, LeaseHeld>> {
+        let (session, holder) = (session.clone(), holder.to_string());
+        self.run(move |c| {
+            let now = now_ms();
+            lease::acquire(c, &session, &holder, now + ttl_ms, now, &*holder_is_dead)
+        })
+        .await
+    }
+
+    async fn renew_lease(&self, session: &SessionId, fence: &Fence, ttl_ms: i64) -> Result<bool> {
+        let (session, fence) = (session.clone(), fence.clone());
+        self.run(move |c| lease::renew(c, &session, &fence, now_ms() + ttl_ms))
+            .await
+    }
+
+    async fn release_lease(&self, session: &SessionId, fence: &Fence) -> Result<()> {
+        let (session, fence) = (session.clone(), fence.clone());
+        self.run(move |c| lease::release(c, &session, &fence)).await
+    }
+
+    async fn leases(&self) -> Result<Vec<(SessionId, String, Millis)>> {
+        self.run(|c| lease::all(c)).await
+    }
+
+    async fn check_fence(&self, session: &SessionId, fence: &Fence) -> Result<()> {
+        let (session, fence) = (session.clone(), fence.clone());
+        self.run(move |c| lease::check_fence(c, &session, &fence))
+            .await
+    }
+
+    async fn checkpoint(&self) -> Result<()> {
+        self.run(|c| Ok(c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,197 @@
+//! The ledger's storage interface: what a backend must do, and nothing
+//! more. SQLite implements it ([`super::sqlite::SqliteStore`]); PostgreSQL
+//! is the next. The bus, the copy of held sessions and the bookkeeping of
+//! which leases this process holds live above it, in [`super::Ledger`], so
+//! event order and cache coherence are written once, not per backend.
+//!
+//! **Why async, through `async-trait`.** A PostgreSQL backend talks to its
+//! server through an async client (tokio-postgres, sqlx); a synchronous
+//! trait would make it block a thread per call or hide a runtime inside.
+//! Async methods let each backend choose: SQLite sends each call to the
+//! thread that owns its connection and awaits the answer, a network
+//! backend awaits its client. Native `async fn` in traits cannot be called
+//! through `dyn` yet, and the core holds its backend as `Arc<dyn Store>`
+//! (chosen at start from a path or a URL), so the methods return boxed
+//! futures, which `async-trait` writes for us; the box costs nothing next
+//! to a disk or network round trip.
+//!
+//! **Fencing.** Every write to a session takes the [`Fence`] of the lease
+//! this process holds on it (`None` when it holds none: a prompt written
+//! before a run, say). A backend checks it *inside the write's own
+//! transaction*, holding whatever lock keeps another process from taking
+//! the lease between the check and the write (SQLite: an immediate
+//! transaction; PostgreSQL: `SELECT … FOR SHARE` on the lease row, or the
+//! check and the write in one statement), and refuses with
+//! [`LedgerError::Fenced`] when the lease has moved on. Epochs only grow:
+//! a lease given back keeps its epoch, and taking it from another holder
+//! (or anew) raises it.
+//!
+//! **Errors** are [`LedgerError`]: no backend's own error type crosses
+//! this trait. Absence is a value (`Option`, `bool`), not an error: the
+//! layer above decides what a missing session means.
+//!
+//! **Time.** A backend keeps its own bookkeeping times (a row's
+//! `updated_at`, a lease's expiry) on its own clock: a shared database's
+//! clock is the one its hosts agree on.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use warden_protocol::{
+    MessageId, MessageInfo, MessageWithParts, Millis, Part, Rule, SessionId, SessionInfo,
+};
+
+use super::phase::{Phase, PhaseKind};
+use super::{AuditEntry, LedgerError, PartEvent};
+
+/// A result of the storage interface.
+pub type Result<T> = std::result::Result<T, LedgerError>;
+
+/// A runner's proof that it holds a session's lease: the holder and the
+/// epoch its lease was taken at. Every write to a session this process holds
+/// checks it in the write's own transaction, so once another process has
+/// taken the session over (a new epoch), a stale runner can write nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub holder: String,
+    pub epoch: i64,
+}
+
+/// Who holds a session's runner lease, when taking it failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseHeld {
+    pub holder: String,
+    pub expires_at: Millis,
+}
+
+/// Says whether a lease holder is known to be gone (its process died), so
+/// its lease may be taken before it expires. Called inside the lease's
+/// transaction, so it must be quick and must not touch the ledger.
+pub type HolderIsDead = dyn Fn(&str) -> bool + Send + Sync;
+
+/// A change to a session's own rules, applied inside the transaction that
+/// reads and writes them, so two changes at once both land.
+pub type PermissionChange = Box<dyn FnOnce(&mut Vec<Rule>) + Send>;
+
+/// A ledger backend. Object-safe: the core holds an `Arc<dyn Store>`.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// What to call this ledger in messages: its file path or its URL
+    /// (without a password).
+    fn name(&self) -> &str;
+
+    // ---- sessions ----
+
+    /// Record a new session.
+    async fn create_session(&self, info: &SessionInfo) -> Result<()>;
+
+    /// A session, or `None`.
+    async fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>>;
+
+    /// Every session, newest (highest id) first.
+    async fn sessions(&self) -> Result<Vec<SessionInfo>>;
+
+    /// Change the session's own rules in one fenced transaction and return
+    /// the session as it is after; `None` if there is no such session.
+    async fn update_permission(
+        &self,
+        id: &SessionId,
+        fence: Option<&Fence>,
+        change: PermissionChange,
+    ) -> Result<Option<SessionInfo>>;
+
+    /// Delete a session with its messages, parts, timeline, audit trail,
+    /// phases and lease; `false` if there was none.
+    async fn delete_session(&self, id: &SessionId, fence: Option<&Fence>) -> Result<bool>;
+
+    /// Mark the session as just used; `false` if there is no such session.
+    async fn touch_session(&self, id: &SessionId, fence: Option<&Fence>) -> Result<bool>;
+
+    // ---- messages, parts and the timeline ----
+
+    /// Insert or update a message header; `false` if its session is missing.
+    async fn put_message(&self, info: &MessageInfo, fence: Option<&Fence>) -> Result<bool>;
+
+    /// Insert or update a part, in one fenced transaction with: a timeline
+    /// event when `timeline` (a tool call's state change), and `audit` (the
+    /// decisions that caused the change). A part whose message is missing
+    /// is refused as [`LedgerError::Corrupt`].
+    async fn put_part(
+        &self,
+        part: &Part,
+        timeline: bool,
+        audit: &[AuditEntry],
+        fence: Option<&Fence>,
+    ) -> Result<()>;
+
+    /// Every message of a session with its parts, both in id order.
+    async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>>;
+
+    /// How many assistant messages of the session began a model step.
+    async fn started_turns(&self, session: &SessionId) -> Result<u32>;
+
+    /// The session's tool-call timeline, in order.
+    async fn part_events(&self, session: &SessionId) -> Result<Vec<PartEvent>>;
+
+    // ---- audit and phases ----
+
+    /// Append entries of one session to its audit trail, in one fenced
+    /// transaction.
+    async fn audit(
+        &self,
+        session: &SessionId,
+        entries: &[AuditEntry],
+        fence: Option<&Fence>,
+    ) -> Result<()>;
+
+    /// The session's audit trail, entry by entry, numbered from 1.
+    async fn audit_trail(&self, session: &SessionId) -> Result<Vec<AuditEntry>>;
+
+    /// Append phase marks `(when, what)` of one message, in one fenced
+    /// transaction.
+    async fn mark_phases(
+        &self,
+        session: &SessionId,
+        message: Option<&MessageId>,
+        marks: &[(Millis, PhaseKind)],
+        fence: Option<&Fence>,
+    ) -> Result<()>;
+
+    /// The session's phase marks, in order (marks it cannot read skipped).
+    async fn phases(&self, session: &SessionId) -> Result<Vec<Phase>>;
+
+    // ---- leases ----
+
+    /// Take the session's runner lease for `ttl_ms` (or renew it, when
+    /// `holder` has it already, keeping its epoch) and return its fence.
+    /// `Ok(Err(held))` when another holder has an unexpired lease that
+    /// `holder_is_dead` does not release. Atomic: two processes taking one
+    /// lease at once get one fence between them.
+    async fn acquire_lease(
+        &self,
+        session: &SessionId,
+        holder: &str,
+        ttl_ms: i64,
+        holder_is_dead: Arc<HolderIsDead>,
+    ) -> Result<std::result::Result<Fence, LeaseHeld>>;
+
+    /// Extend the lease `fence` names by `ttl_ms` from now; `false` if it
+    /// is no longer current (taken over).
+    async fn renew_lease(&self, session: &SessionId, fence: &Fence, ttl_ms: i64) -> Result<bool>;
+
+    /// Give the lease back, if `fence` is still current. Its epoch stays.
+    async fn release_lease(&self, session: &SessionId, fence: &Fence) -> Result<()>;
+
+    /// Every held lease: (session, holder, expiry), by session.
+    async fn leases(&self) -> Result<Vec<(SessionId, String, Millis)>>;
+
+    /// `Ok` if `fence` is the session's current lease, else `Fenced`.
+    async fn check_fence(&self, session: &SessionId, fence: &Fence) -> Result<()>;
+
+    // ---- upkeep ----
+
+    /// Make everything committed durable in the main store (SQLite: move
+    /// the write-ahead log into the file). A no-op where there is nothing
+    /// to move.
+    async fn checkpoint(&self) -> Result<()>;
+}
