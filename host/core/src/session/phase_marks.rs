@@ -13,7 +13,7 @@ use warden_protocol::{LlmEvent, MessageId, ProviderError, SessionId};
 use crate::clock::now_ms;
 use crate::ledger::Ledger;
 use crate::ledger::phase::PhaseKind;
-use crate::llm::EventStream;
+use warden_llm::EventStream;
 
 /// Writes the phase marks of one assistant message.
 #[derive(Clone)]
