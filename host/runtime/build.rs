@@ -12,11 +12,14 @@
 //! and compiles the component itself when any differs. If compiling here
 //! fails, the build goes on without artifacts and says so.
 
-use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use sha2::{Digest, Sha256};
+
+/// The engine settings the runtime uses (one file for both).
+#[path = "src/engine_settings.rs"]
+mod engine_settings;
 
 const TARGET: &str = "wasm32-wasip2";
 
@@ -126,63 +129,13 @@ const BUILTINS: &[&str] = &[
     "warden_tool_webfetch.wasm",
 ];
 
-/// The memory a built-in may use unless the operator says otherwise (the
-/// config's default `memory_mb`): the engine's settings depend on it.
-const DEFAULT_MEMORY_MB: u64 = 64;
-/// Guest instances alive at once with the pooling allocator (`src/engine.rs`).
-const POOL_INSTANCES: u32 = 1000;
-
-/// The runtime's engine settings for `max_memory` bytes with the pooling
-/// allocator, as `src/engine.rs` makes them. Should the two ever differ, the
-/// fingerprints differ and the runtime compiles instead of using an artifact.
-fn engine_config(max_memory: usize) -> wasmtime::Config {
-    use wasmtime::{InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
-    let mut c = wasmtime::Config::new();
-    c.wasm_component_model(true)
-        .epoch_interruption(true)
-        .cranelift_opt_level(OptLevel::Speed)
-        .max_wasm_stack(512 * 1024);
-    let mut pool = PoolingAllocationConfig::new();
-    pool.total_component_instances(POOL_INSTANCES)
-        .total_core_instances(POOL_INSTANCES * 4)
-        .total_memories(POOL_INSTANCES * 2)
-        .total_tables(POOL_INSTANCES * 4)
-        .total_stacks(POOL_INSTANCES)
-        .max_memory_size(max_memory)
-        .max_core_instances_per_component(16)
-        .max_memories_per_component(4)
-        .max_tables_per_component(8)
-        .linear_memory_keep_resident(64 * 1024);
-    c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    c.memory_reservation(max_memory as u64)
-        .memory_guard_size(64 << 20);
-    c
-}
-
-/// A `Hasher` over sha256, so the fingerprint is the same in every process
-/// (`src/builtin.rs` has the same one).
-struct Fingerprint(Sha256);
-
-impl Hasher for Fingerprint {
-    fn finish(&self) -> u64 {
-        0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        self.0.update(bytes);
-    }
-}
-
-fn fingerprint(engine: &wasmtime::Engine) -> String {
-    let mut h = Fingerprint(Sha256::new());
-    engine.precompile_compatibility_hash().hash(&mut h);
-    hex::encode(h.0.finalize())
-}
-
 /// Compile each built-in; the table entries that embed the artifacts.
 fn precompile(plugins: &Path, out_dir: &Path) -> Result<Vec<String>, String> {
-    let engine = wasmtime::Engine::new(&engine_config((DEFAULT_MEMORY_MB << 20) as usize))
-        .map_err(|e| format!("no engine: {e}"))?;
-    let fingerprint = fingerprint(&engine);
+    let engine = wasmtime::Engine::new(&engine_settings::config(Some(
+        (engine_settings::DEFAULT_MEMORY_MB << 20) as usize,
+    )))
+    .map_err(|e| format!("no engine: {e}"))?;
+    let fingerprint = engine_settings::fingerprint(&engine);
     let mut entries = Vec::new();
     for file in BUILTINS {
         let bytes = std::fs::read(plugins.join(file)).map_err(|e| format!("{file}: {e}"))?;

@@ -36,10 +36,14 @@ pub async fn timed<T>(f: impl std::future::Future<Output = T>) -> (T, Duration) 
 
 /// The fixture tools (`echo` is the trivial tool), and with `hooks` the
 /// fixture hook, which allows and keeps when it is given no script.
+/// `echo` is mapped to a permission of its own: a tool of a plugin that can
+/// reach files and has no mapping is asked about, and the bench has nobody
+/// to ask.
 pub fn guest_config(hooks: bool) -> Result<Config> {
     let mut plugins = vec![json!({
         "name": "fx", "path": component("warden_fixtures.wasm"),
-        "grants": {"dirs": [{"path": ".", "mode": "ro"}]}
+        "grants": {"dirs": [{"path": ".", "mode": "ro"}]},
+        "tools": {"echo": {"permission": "echo"}}
     })];
     if hooks {
         plugins.push(json!({"name": "hook", "path": component("warden_fixture_hooks.wasm")}));

@@ -14,7 +14,6 @@
 //! of its settings); otherwise the component is compiled as any plugin is.
 
 use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::Ordering;
 
 use sha2::{Digest, Sha256};
@@ -143,26 +142,6 @@ pub fn plugin_dir() -> &'static str {
     env!("WARDEN_PLUGIN_DIR")
 }
 
-/// A `Hasher` over sha256, so the fingerprint is the same in every process
-/// (build.rs has the same one).
-struct Fingerprint(Sha256);
-
-impl Hasher for Fingerprint {
-    fn finish(&self) -> u64 {
-        0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        self.0.update(bytes);
-    }
-}
-
-/// The fingerprint of an engine's settings, as build.rs records it.
-fn fingerprint(engine: &wasmtime::Engine) -> String {
-    let mut h = Fingerprint(Sha256::new());
-    engine.precompile_compatibility_hash().hash(&mut h);
-    hex::encode(h.0.finalize())
-}
-
 /// The built-in component whose sha256 is `component_hash`, compiled at
 /// build time, when its artifact checks out for `sandbox`'s engine; `None`
 /// (compile it) otherwise. Counted as a cache hit.
@@ -170,7 +149,7 @@ pub fn precompiled(sandbox: &Sandbox, component_hash: &str) -> Option<Component>
     let (file, artifact, _, artifact_hash, engine_fingerprint) = PRECOMPILED
         .iter()
         .find(|(_, _, component, _, _)| component.eq_ignore_ascii_case(component_hash))?;
-    if fingerprint(&sandbox.engine) != *engine_fingerprint {
+    if crate::engine_settings::fingerprint(&sandbox.engine) != *engine_fingerprint {
         // Another memory limit or allocator than the default: compiled as any plugin.
         tracing::debug!(
             file,
@@ -211,7 +190,8 @@ mod tests {
 
     #[test]
     fn every_builtin_has_an_artifact_for_the_default_engine() {
-        let sandbox = Sandbox::new(64, None).expect("an engine");
+        let sandbox =
+            Sandbox::new(crate::engine_settings::DEFAULT_MEMORY_MB, None).expect("an engine");
         for b in all() {
             let hash = crate::engine::sha256_hex(b.bytes);
             assert!(

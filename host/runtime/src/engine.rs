@@ -8,18 +8,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
+use wasmtime::Engine;
 use wasmtime::component::Component;
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
 
 use crate::cache::{Cache, Rejected};
+use crate::engine_settings;
 use crate::error::RuntimeError;
 
 /// How often the epoch advances: the granularity of time limits, and how
 /// often a busy guest yields to the async runtime.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
-
-/// Guest instances that may be alive at once with the pooling allocator.
-const POOL_INSTANCES: u32 = 1000;
 
 /// Counters a test or `warden plugin list` can read.
 #[derive(Debug, Default)]
@@ -52,13 +50,14 @@ impl Sandbox {
     /// compiled cache in `cache_dir` (none when `None`).
     pub fn new(max_memory_mb: u64, cache_dir: Option<PathBuf>) -> Result<Sandbox, RuntimeError> {
         let max_memory = (max_memory_mb.max(1) << 20) as usize;
-        let (engine, pooling) = match Engine::new(&config(Some(max_memory))) {
+        let (engine, pooling) = match Engine::new(&engine_settings::config(Some(max_memory))) {
             Ok(e) => (e, true),
             Err(e) => {
                 // Some machines refuse the pool's address-space reservation; on-demand still works.
                 tracing::warn!(error = %e, "pooling allocator unavailable, allocating guests on demand");
                 (
-                    Engine::new(&config(None)).map_err(|e| RuntimeError::Engine(e.to_string()))?,
+                    Engine::new(&engine_settings::config(None))
+                        .map_err(|e| RuntimeError::Engine(e.to_string()))?,
                     false,
                 )
             }
@@ -137,32 +136,6 @@ impl Sandbox {
         }
         Ok(component)
     }
-}
-
-fn config(pool_memory: Option<usize>) -> Config {
-    let mut c = Config::new();
-    c.wasm_component_model(true)
-        .epoch_interruption(true)
-        .cranelift_opt_level(OptLevel::Speed)
-        .max_wasm_stack(512 * 1024);
-    if let Some(max_memory) = pool_memory {
-        let mut pool = PoolingAllocationConfig::new();
-        pool.total_component_instances(POOL_INSTANCES)
-            .total_core_instances(POOL_INSTANCES * 4)
-            .total_memories(POOL_INSTANCES * 2)
-            .total_tables(POOL_INSTANCES * 4)
-            .total_stacks(POOL_INSTANCES)
-            .max_memory_size(max_memory)
-            .max_core_instances_per_component(16)
-            .max_memories_per_component(4)
-            .max_tables_per_component(8)
-            .linear_memory_keep_resident(64 * 1024);
-        c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        // Guard pages stay, but the reservation per memory is just what the grant allows.
-        c.memory_reservation(max_memory as u64)
-            .memory_guard_size(64 << 20);
-    }
-    c
 }
 
 /// sha256 of a component, as lowercase hex.

@@ -13,6 +13,7 @@ pub mod budget;
 pub mod builtin;
 pub mod cache;
 pub mod engine;
+mod engine_settings;
 pub mod error;
 mod fs_gate;
 pub mod guest_output;

@@ -153,9 +153,13 @@ fn one_call_draws_a_session_lane_and_a_call_lane_with_each_state_and_its_duratio
 #[test]
 fn two_hundred_calls_draw_two_hundred_lanes() {
     let env = Env::new();
-    env.file("a.txt", "alpha\n");
+    // 200 different files: the same call 200 times would (rightly) be
+    // stopped by the doom-loop guard at the third.
+    for i in 0..200 {
+        env.file(&format!("f{i:03}.txt"), "alpha\n");
+    }
     let calls: Vec<Value> = (0..200)
-        .map(|i| json!({"id": format!("c{i:03}"), "name": "read", "arguments": {"filePath": "a.txt"}}))
+        .map(|i| json!({"id": format!("c{i:03}"), "name": "read", "arguments": {"filePath": format!("f{i:03}.txt")}}))
         .collect();
     env.cassette(json!([{"tool_calls": calls}, {"text": "done"}]));
     let run = env.run_json("read it 200 times");

@@ -330,8 +330,9 @@ impl Ledger {
         self.held().remove(id);
         self.write(id, |tx| {
             // Messages and parts go with the session (foreign keys); the
-            // timeline and audit trail are removed by its key, the lease by its id.
-            for table in ["part_event", "audit"] {
+            // timeline, audit trail and phases are removed by its key, the
+            // lease by its id.
+            for table in ["part_event", "audit", "phase"] {
                 tx.execute(
                     &format!(
                         "DELETE FROM {table} WHERE session = (SELECT key FROM session WHERE id = ?1)"

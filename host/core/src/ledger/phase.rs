@@ -29,14 +29,53 @@ pub enum PhaseKind {
 }
 
 impl PhaseKind {
-    /// The stored name (`kind` column).
-    pub fn name(&self) -> &'static str {
+    /// The stored kind (`kind` column).
+    fn code(&self) -> i64 {
         match self {
-            PhaseKind::ModelRequest { .. } => "model_request",
-            PhaseKind::FirstToken => "first_token",
-            PhaseKind::StepFinish { .. } => "step_finish",
-            PhaseKind::RetryWait { .. } => "retry_wait",
+            PhaseKind::ModelRequest { .. } => 0,
+            PhaseKind::FirstToken => 1,
+            PhaseKind::StepFinish { .. } => 2,
+            PhaseKind::RetryWait { .. } => 3,
         }
+    }
+
+    /// The stored columns besides the kind: (attempt, until, detail).
+    fn columns(&self) -> (Option<u32>, Option<Millis>, Option<&str>) {
+        match self {
+            PhaseKind::ModelRequest { attempt } => (Some(*attempt), None, None),
+            PhaseKind::FirstToken => (None, None, None),
+            PhaseKind::StepFinish { reason } => (None, None, Some(reason)),
+            PhaseKind::RetryWait {
+                attempt,
+                until,
+                message,
+            } => (Some(*attempt), Some(*until), Some(message)),
+        }
+    }
+
+    /// Back from the stored columns; `None` for a kind this warden does not
+    /// know (written by a newer one).
+    fn read(
+        code: i64,
+        attempt: Option<u32>,
+        until: Option<Millis>,
+        detail: Option<String>,
+    ) -> Option<PhaseKind> {
+        Some(match code {
+            0 => PhaseKind::ModelRequest {
+                attempt: attempt.unwrap_or(1),
+            },
+            1 => PhaseKind::FirstToken,
+            2 => PhaseKind::StepFinish {
+                reason: detail.unwrap_or_default(),
+            },
+            3 => PhaseKind::RetryWait {
+                attempt: attempt.unwrap_or(1),
+                until: until.unwrap_or(0),
+                message: detail.unwrap_or_default(),
+            },
+            _ => return None,
+        })
     }
 }
 
@@ -51,29 +90,39 @@ pub struct Phase {
 }
 
 const INSERT_PHASE: &str = "\
-    INSERT INTO phase (session_id, seq, message_id, at, kind, detail)
-    VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM phase WHERE session_id = ?1), ?2, ?3, ?4, ?5)";
+    INSERT INTO phase (session, seq, message, at, kind, attempt, until_at, detail)
+    SELECT s.key,
+           (SELECT COALESCE(MAX(seq), 0) + 1 FROM phase WHERE session = s.key),
+           (SELECT m.key FROM message m WHERE m.session = s.key AND m.id = ?2),
+           ?3, ?4, ?5, ?6, ?7
+    FROM session s WHERE s.id = ?1";
 
 impl Ledger {
-    /// Record a phase mark of a session.
-    pub fn mark_phase(
+    /// Record phase marks of a session, `(when, what)`, in one transaction.
+    pub fn mark_phases(
         &self,
         session: &SessionId,
         message: Option<&MessageId>,
-        at: Millis,
-        kind: &PhaseKind,
+        marks: &[(Millis, PhaseKind)],
     ) -> Result<()> {
-        let detail = serde_json::to_string(kind)
-            .map_err(|e| crate::error::CoreError::Internal(e.to_string()))?;
+        if marks.is_empty() {
+            return Ok(());
+        }
         // Through the fenced write path: a runner that lost its lease marks nothing.
         self.write(session, |tx| {
-            tx.prepare_cached(INSERT_PHASE)?.execute(params![
-                session.as_str(),
-                message.map(|m| m.as_str()),
-                at,
-                kind.name(),
-                detail
-            ])?;
+            let mut insert = tx.prepare_cached(INSERT_PHASE)?;
+            for (at, kind) in marks {
+                let (attempt, until, detail) = kind.columns();
+                insert.execute(params![
+                    session.as_str(),
+                    message.map(|m| m.as_str()),
+                    at,
+                    kind.code(),
+                    attempt,
+                    until,
+                    detail
+                ])?;
+            }
             Ok(())
         })
     }
@@ -83,22 +132,23 @@ impl Ledger {
     pub fn phases(&self, session: &SessionId) -> Result<Vec<Phase>> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
-            "SELECT seq, at, message_id, detail FROM phase WHERE session_id = ?1 ORDER BY seq",
+            "SELECT p.seq, p.at, m.id, p.kind, p.attempt, p.until_at, p.detail
+             FROM phase p JOIN session s ON s.key = p.session
+             LEFT JOIN message m ON m.key = p.message
+             WHERE s.id = ?1 ORDER BY p.seq",
         )?;
         let rows = stmt.query_map(params![session.as_str()], |r| {
             Ok((
                 r.get::<_, i64>(0)?,
                 r.get::<_, i64>(1)?,
                 r.get::<_, Option<String>>(2)?,
-                r.get::<_, Option<String>>(3)?,
+                PhaseKind::read(r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?),
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (seq, at, message_id, detail) = row?;
-            let Some(kind) = detail.and_then(|d| serde_json::from_str(&d).ok()) else {
-                continue;
-            };
+            let (seq, at, message_id, kind) = row?;
+            let Some(kind) = kind else { continue };
             out.push(Phase {
                 seq,
                 at,
@@ -133,12 +183,30 @@ mod tests {
                 reason: "stop".into(),
             },
         ];
-        for (i, k) in kinds.iter().enumerate() {
-            ledger
-                .mark_phase(&s.id, Some(&m), 10 * i as i64, k)
-                .unwrap();
-        }
+        // The message the marks belong to must exist (marks point at its key).
+        ledger
+            .put_message(&warden_protocol::MessageInfo::User(
+                warden_protocol::UserInfo {
+                    id: m.clone(),
+                    session_id: s.id.clone(),
+                    time: warden_protocol::MessageTime::at(0),
+                    agent: "build".into(),
+                    model: warden_protocol::ModelRef {
+                        provider: "scripted".into(),
+                        model: "x".into(),
+                    },
+                },
+            ))
+            .unwrap();
+        let marks: Vec<(i64, PhaseKind)> = kinds
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (10 * i as i64, k.clone()))
+            .collect();
+        ledger.mark_phases(&s.id, Some(&m), &marks[..2]).unwrap();
+        ledger.mark_phases(&s.id, Some(&m), &marks[2..]).unwrap();
         let got = ledger.phases(&s.id).unwrap();
+        assert!(got.iter().all(|p| p.message_id.as_ref() == Some(&m)));
         assert_eq!(
             got.iter()
                 .map(|p| (p.seq, p.at, p.kind.clone()))

@@ -243,15 +243,18 @@ pub const MIGRATIONS: &[&str] = &[
     "#,
     // 5: the session's own phases besides tool states (model request, first
     // token, step finish, retry wait), so a trace shows where time went.
+    // Integer keys and a numeric kind: three marks a step cost about 60 bytes.
     r#"
     CREATE TABLE phase (
-        session_id  TEXT NOT NULL,
+        session     INTEGER NOT NULL,
         seq         INTEGER NOT NULL,
-        message_id  TEXT,
+        message     INTEGER,
         at          INTEGER NOT NULL,
-        kind        TEXT NOT NULL,
+        kind        INTEGER NOT NULL,
+        attempt     INTEGER,
+        until_at    INTEGER,
         detail      TEXT,
-        PRIMARY KEY (session_id, seq)
+        PRIMARY KEY (session, seq)
     ) WITHOUT ROWID;
     "#,
 ];

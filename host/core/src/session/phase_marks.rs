@@ -3,24 +3,27 @@
 //! calls one of these per phase; writing a mark never fails the step (a
 //! trace is a view, the step is the work).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use warden_protocol::{LlmEvent, MessageId, ProviderError, SessionId};
+use warden_protocol::{LlmEvent, MessageId, Millis, ProviderError, SessionId};
 
 use crate::clock::now_ms;
 use crate::ledger::Ledger;
 use crate::ledger::phase::PhaseKind;
 use warden_llm::EventStream;
 
-/// Writes the phase marks of one assistant message.
+/// Collects the phase marks of one assistant message and writes them
+/// together: the request and first-token marks with the step's finish, so
+/// a step costs one ledger write for its marks, not three.
 #[derive(Clone)]
 pub(crate) struct PhaseMarks {
     ledger: Ledger,
     session: SessionId,
     message: MessageId,
+    held: Arc<Mutex<Vec<(Millis, PhaseKind)>>>,
 }
 
 impl PhaseMarks {
@@ -29,15 +32,27 @@ impl PhaseMarks {
             ledger: ledger.clone(),
             session: session.clone(),
             message: message.clone(),
+            held: Arc::default(),
         }
     }
 
     fn mark(&self, kind: PhaseKind) {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((now_ms(), kind));
+    }
+
+    /// Write the marks held so far. Called when a stream ends (finished,
+    /// failed or cut) and before a retry waits, so a trace read during a long
+    /// tool run or a retry wait already shows them.
+    pub(crate) fn flush(&self) {
+        let marks = std::mem::take(&mut *self.held.lock().unwrap_or_else(|p| p.into_inner()));
         if let Err(e) = self
             .ledger
-            .mark_phase(&self.session, Some(&self.message), now_ms(), &kind)
+            .mark_phases(&self.session, Some(&self.message), &marks)
         {
-            tracing::warn!(error = %e, "could not record a phase of the trace");
+            tracing::warn!(error = %e, "could not record the phases of the trace");
         }
     }
 
@@ -53,6 +68,7 @@ impl PhaseMarks {
             until: now_ms() + wait.as_millis() as i64,
             message: error.to_string(),
         });
+        self.flush();
     }
 
     /// The same stream, marking its first event and each step's finish.

@@ -135,6 +135,8 @@ impl<'a> Turn<'a> {
                 Ok(stream) => self.consume(marks.watch(stream), &mut rx).await,
                 Err(h) => Err(h),
             };
+            // This attempt's request, first token and finish, in one write.
+            marks.flush();
             match r {
                 // Asking again would have the model call the same tools again,
                 // running their side effects twice: end the step with the calls
@@ -215,14 +217,14 @@ impl<'a> Turn<'a> {
                 "the model's request failed before the call was complete"
             }
             Err(Halt::Cancelled) => {
-                self.runs.abort_all();
+                self.runs.stop_all().await;
                 self.step.info.error = Some(MessageError::Aborted {
                     message: "the session was cancelled".into(),
                 });
                 ABORTED
             }
             Err(Halt::Core(e)) => {
-                self.runs.abort_all();
+                self.runs.stop_all().await;
                 // Best effort: leave no open parts behind, then report the real failure.
                 let _ = self.sink.close();
                 let _ = self.calls.interrupt(
@@ -291,7 +293,7 @@ impl<'a> Turn<'a> {
             tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => {
-                    self.runs.abort_all();
+                    self.runs.stop_all().await;
                     self.step.info.error.get_or_insert(MessageError::Aborted { message: "the session was cancelled".into() });
                     return Ok(true);
                 }

@@ -94,7 +94,10 @@ impl Runs {
             .map(|r| r.is_err_and(|e| e.is_panic()))
     }
 
-    pub fn abort_all(&mut self) {
-        self.tasks.abort_all();
+    /// Stop every call and wait until each task is gone, so what a stopped
+    /// call leaves behind (a pending question settled with its event) is
+    /// done before the step reports that it ended.
+    pub async fn stop_all(&mut self) {
+        self.tasks.shutdown().await;
     }
 }

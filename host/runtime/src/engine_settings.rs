@@ -1,0 +1,68 @@
+//! The engine's settings and their fingerprint, in one file shared by the
+//! runtime (`engine.rs`, `builtin.rs`) and by `build.rs`, which precompiles
+//! the built-in plugins with exactly these settings. Sharing the file is what
+//! keeps the two from drifting apart; should they differ anyway, the
+//! fingerprints differ and the runtime compiles instead of loading the
+//! embedded artifact. Only `wasmtime`, `sha2` and `hex` may be used here:
+//! `build.rs` has nothing else.
+
+use std::hash::{Hash, Hasher};
+
+use sha2::{Digest, Sha256};
+use wasmtime::{Config, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
+
+/// Guest instances that may be alive at once with the pooling allocator.
+pub const POOL_INSTANCES: u32 = 1000;
+
+/// The default linear-memory limit of a guest (the config's `memory_mb`);
+/// the built-ins are precompiled for it (by build.rs).
+#[cfg_attr(not(test), allow(dead_code))]
+pub const DEFAULT_MEMORY_MB: u64 = 64;
+
+/// The engine's settings: with the pooling allocator when `pool_memory`
+/// (the largest linear memory, in bytes) is given, on demand otherwise.
+pub fn config(pool_memory: Option<usize>) -> Config {
+    let mut c = Config::new();
+    c.wasm_component_model(true)
+        .epoch_interruption(true)
+        .cranelift_opt_level(OptLevel::Speed)
+        .max_wasm_stack(512 * 1024);
+    if let Some(max_memory) = pool_memory {
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(POOL_INSTANCES)
+            .total_core_instances(POOL_INSTANCES * 4)
+            .total_memories(POOL_INSTANCES * 2)
+            .total_tables(POOL_INSTANCES * 4)
+            .total_stacks(POOL_INSTANCES)
+            .max_memory_size(max_memory)
+            .max_core_instances_per_component(16)
+            .max_memories_per_component(4)
+            .max_tables_per_component(8)
+            .linear_memory_keep_resident(64 * 1024);
+        c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        // Guard pages stay, but the reservation per memory is just what the grant allows.
+        c.memory_reservation(max_memory as u64)
+            .memory_guard_size(64 << 20);
+    }
+    c
+}
+
+/// A `Hasher` over sha256, so the fingerprint is the same in every process.
+struct Sha256Hasher(Sha256);
+
+impl Hasher for Sha256Hasher {
+    fn finish(&self) -> u64 {
+        0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+/// The fingerprint of an engine's settings, as the embedded artifacts
+/// record it: artifacts load only into an engine with the same one.
+pub fn fingerprint(engine: &wasmtime::Engine) -> String {
+    let mut h = Sha256Hasher(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut h);
+    hex::encode(h.0.finalize())
+}
