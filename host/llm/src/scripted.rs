@@ -333,10 +333,15 @@ impl Player {
     }
 }
 
-/// The model turns a request already shows: its assistant messages.
+/// The model turns a request already shows: its assistant messages, except
+/// a last one, which is not a turn taken but words put in the model's mouth
+/// (the host's "no steps are left" on an agent's last step).
 fn shown_turns(request: &LlmRequest) -> u32 {
-    request
-        .messages
+    let taken = match request.messages.split_last() {
+        Some((last, before)) if matches!(&**last, ChatMessage::Assistant { .. }) => before,
+        _ => &request.messages[..],
+    };
+    taken
         .iter()
         .filter(|m| matches!(&***m, ChatMessage::Assistant { .. }))
         .count() as u32

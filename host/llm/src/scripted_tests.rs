@@ -165,6 +165,10 @@ async fn a_conversation_first_seen_mid_way_starts_after_the_turns_it_shows() {
         user("c"),
     ]);
     assert_eq!(answer(&*resumed, r).await, "three");
+    // A last assistant message is put in the model's mouth, not a turn taken.
+    let last_step = p.conversation("ses_last_step").unwrap();
+    let r = request(vec![user("a"), assistant("no steps are left")]);
+    assert_eq!(answer(&*last_step, r).await, "one");
     // A fourth request runs past the cassette and says so.
     let e = answer(&*resumed, request(vec![user("a")])).await;
     assert!(
