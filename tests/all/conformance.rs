@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use warden_core::Config;
-use warden_core::llm::sse::SseParser;
-use warden_core::llm::{ModelResolver, Models};
+use warden_llm::sse::SseParser;
+use warden_llm::{ModelResolver, Models};
 use warden_protocol::llm::ErrorKind;
 use warden_protocol::{LlmEvent, LlmRequest, ProviderError};
 
@@ -157,16 +157,14 @@ async fn replay(
             .to_string(),
     )
     .unwrap();
-    let models = Models::from_config_with_env(
-        &config,
+    let models = Models::from_providers_with_env(
+        &config.provider,
         std::sync::Arc::new(|k| (k == "CONF_KEY").then(|| "test-key".to_string())),
     );
     let model = models
         .resolve(&Models::parse("conf/recorded").unwrap())
         .unwrap();
     let request = LlmRequest {
-        session_id: "ses_conformance".into(),
-        prior_turns: 0,
         model: "recorded".into(),
         system: vec!["You are a test.".into()],
         messages: vec![std::sync::Arc::new(warden_protocol::ChatMessage::User {

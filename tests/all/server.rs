@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use warden_core::llm::sse::SseParser;
+use warden_llm::sse::SseParser;
 use warden_protocol::ToolState;
 
 use crate::common::*;

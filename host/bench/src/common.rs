@@ -11,9 +11,9 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use warden_core::config::Config;
-use warden_core::llm::{EventStream, Models, Provider, ResolvedModel, scripted};
 use warden_core::tool::ToolHost;
 use warden_core::{Bus, Core, CoreOptions, Ledger};
+use warden_llm::{EventStream, Models, Provider, ResolvedModel, scripted};
 use warden_protocol::{Event, LlmEvent, LlmRequest, ModelRef, PartBody, ToolState};
 use warden_runtime::WasmHost;
 
@@ -191,6 +191,7 @@ impl CallClock {
                     provider: Arc::new(Stamped {
                         inner: inner.provider,
                         clock: clock.clone(),
+                        session: String::new(),
                     }),
                 })
             }),
@@ -223,10 +224,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A provider that stamps each tool call it streams.
+/// A provider that stamps each tool call it streams, per session: the core
+/// streams each session's requests through [`Provider::conversation`].
 struct Stamped {
     inner: Arc<dyn Provider>,
     clock: Arc<CallClock>,
+    session: String,
 }
 
 #[async_trait::async_trait]
@@ -235,7 +238,7 @@ impl Provider for Stamped {
         &self,
         request: LlmRequest,
     ) -> std::result::Result<EventStream, warden_protocol::ProviderError> {
-        let session = request.session_id.as_str().to_string();
+        let session = self.session.clone();
         let stream = self.inner.stream(request).await?;
         let clock = self.clock.clone();
         Ok(Box::pin(stream.inspect(move |event| {
@@ -243,6 +246,14 @@ impl Provider for Stamped {
                 lock(&clock.called).insert((session.clone(), call_id.clone()), Instant::now());
             }
         })))
+    }
+
+    fn conversation(&self, id: &str) -> Option<Arc<dyn Provider>> {
+        Some(Arc::new(Stamped {
+            inner: self.inner.conversation(id).unwrap_or(self.inner.clone()),
+            clock: self.clock.clone(),
+            session: id.to_string(),
+        }))
     }
 }
 

@@ -13,10 +13,10 @@ use anyhow::Result;
 use serde::Deserialize;
 use serde_json::json;
 use warden_core::PromptInput;
-use warden_core::llm::Models;
-use warden_core::llm::openai::chat_stream::ChatDecoder;
-use warden_core::llm::sse::SseParser;
-use warden_core::llm::stream::Decoder;
+use warden_llm::Models;
+use warden_llm::openai::chat_stream::ChatDecoder;
+use warden_llm::sse::SseParser;
+use warden_llm::stream::Decoder;
 use warden_protocol::{Event, LlmEvent, ModelRef, PartBody};
 
 use crate::common::{self, timed};
@@ -119,7 +119,7 @@ pub async fn measure(work: &Path, deltas: usize) -> Result<Vec<Row>> {
     config.provider = serde_json::from_value(
         json!({"bench": {"api": "openai-chat", "base_url": format!("http://127.0.0.1:{}/v1", mock.port)}}),
     )?;
-    let models = Models::from_config(&config);
+    let models = Models::from_providers(&config.provider);
     let host = common::host(work, &config).await?;
     let core = common::core_on(work, "ingest", host, config, models)?;
     let mut rx = core.bus().subscribe();

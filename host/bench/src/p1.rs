@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Result;
 use serde_json::json;
 use warden_core::PromptInput;
-use warden_core::llm::Models;
+use warden_llm::Models;
 use warden_protocol::ModelRef;
 
 use crate::common::{self, CallClock};

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::Result;
 use serde_json::json;
 use warden_core::PromptInput;
-use warden_core::llm::Models;
+use warden_llm::Models;
 use warden_protocol::{ModelRef, ToolState};
 
 use crate::common::{self, timed};
@@ -92,7 +92,7 @@ pub async fn loop_speed(work: &Path, steps: usize) -> Result<Vec<Row>> {
     config.provider = serde_json::from_value(
         json!({"bench": {"api": "openai-chat", "base_url": format!("http://127.0.0.1:{}/v1", mock.port)}}),
     )?;
-    let models = Models::from_config(&config);
+    let models = Models::from_providers(&config.provider);
     let host = common::host(work, &config).await?;
     let core = common::core_on(work, "p2http", host, config, models)?;
     common::drain_bus(core.bus());

@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use anyhow::Result;
 use serde_json::json;
-use warden_core::llm::Models;
 use warden_core::tool::{
     AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookDef, ToolDef,
     ToolHost, ToolOutput,
 };
 use warden_core::{Core, PromptInput};
+use warden_llm::Models;
 use warden_protocol::ModelRef;
 use warden_runtime::WasmHost;
 

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use warden_core::boundary::Protected;
-use warden_core::llm::Models;
 use warden_core::{Bus, Config, Core, CoreOptions, Ledger};
+use warden_llm::Models;
 use warden_runtime::WasmHost;
 
 use crate::Common;
@@ -113,7 +113,7 @@ pub async fn build(common: &Common, dir: &Path) -> Result<App> {
     let core = Core::new(
         ledger,
         tools,
-        Arc::new(Models::from_config(&config)),
+        Arc::new(Models::from_providers(&config.provider)),
         config,
         options,
     )?;

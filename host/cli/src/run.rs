@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use warden_core::PromptInput;
-use warden_core::llm::Models;
+use warden_llm::Models;
 use warden_protocol::{MessageInfo, MessageWithParts, SessionId, next_event_id};
 
 use crate::{Common, Format, app, render};

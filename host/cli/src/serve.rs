@@ -58,7 +58,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
         .filter(|u| !u.is_empty())
         .unwrap_or_else(|| "opencode".into());
     let model = match &args.model {
-        Some(m) => Some(warden_core::llm::Models::parse(m)?),
+        Some(m) => Some(warden_llm::Models::parse(m)?),
         None => None,
     };
     for origin in &args.cors {

@@ -10,8 +10,8 @@ use warden_protocol::{ModelRef, Rule};
 
 use crate::config::Config;
 use crate::error::{CoreError, Result};
-use crate::llm::Models;
 use crate::permission;
+use warden_llm::Models;
 
 /// The agent used when nothing names one.
 pub const DEFAULT_AGENT: &str = "build";

@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::llm::providers::ProviderConfig;
-use crate::llm::retry::RetryPolicy;
+use warden_llm::providers::ProviderConfig;
+use warden_llm::retry::RetryPolicy;
 
 /// The whole config file.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -46,7 +46,7 @@ pub struct Config {
     /// Grants for the built-in tools, by tool name, replacing their defaults.
     #[serde(default)]
     pub builtin_grants: BTreeMap<String, Grants>,
-    /// Model providers by name (see [`crate::llm::providers`]).
+    /// Model providers by name (see [`warden_llm::providers`]).
     #[serde(default)]
     pub provider: BTreeMap<String, ProviderConfig>,
     /// How model failures are retried.
@@ -361,7 +361,7 @@ impl Config {
             }
         }
         for (name, p) in &config.provider {
-            crate::llm::providers::validate(name, p)
+            warden_llm::providers::validate(name, p)
                 .map_err(|e| format!("provider.{name}: {e}"))?;
         }
         let mut names = std::collections::BTreeSet::new();
@@ -470,5 +470,38 @@ mod tests {
                 .unwrap_err()
                 .contains("unknown field `env`")
         );
+    }
+
+    #[test]
+    fn provider_config_mistakes_are_named() {
+        let err = |text: &str| Config::parse(text).unwrap_err();
+        assert!(
+            err(r#"{"provider": {"openai": {"modles": {}}}}"#).contains("unknown field `modles`"),
+            "{}",
+            err(r#"{"provider": {"openai": {"modles": {}}}}"#)
+        );
+        let e = err(r#"{"provider": {"x": {"api": "gemini", "base_url": "http://h"}}}"#);
+        assert!(
+            e.contains("unknown variant `gemini`") && e.contains("openai-chat"),
+            "{e}"
+        );
+        let e = err(r#"{"provider": {"x": {"base_url": "http://h"}}}"#);
+        assert!(e.contains("provider.x: set \"api\""), "{e}");
+        let e = err(r#"{"provider": {"x": {"api": "openai-chat"}}}"#);
+        assert!(e.contains("provider.x: set \"base_url\""), "{e}");
+        let e = err(r#"{"provider": {"x": {"api": "openai-chat", "base_url": "ftp://h"}}}"#);
+        assert!(e.contains("http:// or https://"), "{e}");
+        let e = err(r#"{"provider": {"a/b": {"api": "anthropic", "base_url": "http://h"}}}"#);
+        assert!(e.contains("without '/'"), "{e}");
+        let e = err(
+            r#"{"provider": {"openai": {"models": {"m": {"context_limit": 100, "output_limit": 100}}}}}"#,
+        );
+        assert!(e.contains("models.m: output_limit"), "{e}");
+        let e = err(r#"{"provider": {"openai": {"models": {"m": {"prices": {"input": -1}}}}}}"#);
+        assert!(e.contains("models.m.prices"), "{e}");
+        let e = err(r#"{"provider": {"openai": {"models": {"m": {"prices": {"inptu": 1}}}}}}"#);
+        assert!(e.contains("unknown field `inptu`"), "{e}");
+        let e = err(r#"{"provider": {"openai": {"idle_timeout_ms": 0}}}"#);
+        assert!(e.contains("at least 1 ms"), "{e}");
     }
 }

@@ -79,5 +79,14 @@ impl CoreError {
     }
 }
 
+impl From<warden_llm::ModelError> for CoreError {
+    fn from(e: warden_llm::ModelError) -> Self {
+        match e {
+            warden_llm::ModelError::Config(s) => CoreError::Config(s),
+            warden_llm::ModelError::Model { model, reason } => CoreError::Model { model, reason },
+        }
+    }
+}
+
 /// Result with [`CoreError`].
 pub type Result<T, E = CoreError> = std::result::Result<T, E>;

@@ -1,5 +1,6 @@
 //! The warden agent core: the session ledger, the run loop, the turn,
-//! model adapters, permissions and the event bus. It never prints and knows
+//! permissions and the event bus. Models are reached only through the
+//! `warden_llm` seam (`ModelResolver` → `ResolvedModel` → `Provider`). It never prints and knows
 //! nothing of wasmtime: guests run behind the [`tool::ToolHost`] trait, and
 //! front ends only consume [`bus`] events.
 //!
@@ -21,7 +22,6 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod ledger;
-pub mod llm;
 pub mod permission;
 pub mod session;
 pub mod tool;

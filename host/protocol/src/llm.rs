@@ -7,7 +7,6 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::SessionId;
 use crate::message::{CacheTokens, Tokens};
 
 /// Why the model stopped a step, normalised across providers.
@@ -306,11 +305,6 @@ pub struct ToolResultContent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LlmRequest {
-    pub session_id: SessionId,
-    /// How many earlier model requests in this session began a step, counted
-    /// from the ledger. Scripted providers use it to find their place in a
-    /// cassette after a restart.
-    pub prior_turns: u32,
     /// The model id at the provider.
     pub model: String,
     pub system: Vec<String>,

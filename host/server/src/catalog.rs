@@ -10,7 +10,7 @@ use std::path::Path;
 use axum::Json;
 use axum::extract::State;
 use serde_json::{Map, Value, json};
-use warden_core::llm::providers::ProviderConfig;
+use warden_llm::providers::ProviderConfig;
 use warden_protocol::{ModelRef, SessionInfo};
 
 use crate::AppState;

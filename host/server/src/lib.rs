@@ -128,7 +128,7 @@ impl AppState {
                     .config()
                     .model
                     .as_deref()
-                    .and_then(|m| warden_core::llm::Models::parse(m).ok())
+                    .and_then(|m| warden_llm::Models::parse(m).ok())
             })
     }
 }

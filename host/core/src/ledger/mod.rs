@@ -369,11 +369,6 @@ impl Ledger {
             .find(|m| m.info.id() == id))
     }
 
-    /// How many assistant messages of the session began a model step.
-    pub fn started_turns(&self, session: &SessionId) -> Result<u32> {
-        Ok(wait(self.store.started_turns(session))?)
-    }
-
     /// The recorded timeline of the session's parts, in order.
     pub fn part_events(&self, session: &SessionId) -> Result<Vec<PartEvent>> {
         Ok(wait(self.store.part_events(session))?)

@@ -127,9 +127,6 @@ pub trait Store: Send + Sync {
     /// Every message of a session with its parts, both in id order.
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>>;
 
-    /// How many assistant messages of the session began a model step.
-    async fn started_turns(&self, session: &SessionId) -> Result<u32>;
-
     /// The session's tool-call timeline, in order.
     async fn part_events(&self, session: &SessionId) -> Result<Vec<PartEvent>>;
 

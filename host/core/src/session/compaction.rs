@@ -22,7 +22,7 @@ use super::turn::{Outcome, Step, Turn};
 use crate::clock::now_ms;
 use crate::error::Result;
 use crate::ledger::{PartWrite, id};
-use crate::llm::ModelInfo;
+use warden_llm::ModelInfo;
 
 /// The system prompt of a summary request.
 pub const SUMMARY_SYSTEM: &str = "You summarise a conversation between a user and a coding agent so that \
@@ -148,8 +148,6 @@ pub(crate) async fn process(
     core.ledger
         .put_message(&MessageInfo::Assistant(info.clone()))?;
     let llm_request = LlmRequest {
-        session_id: session.id.clone(),
-        prior_turns: core.ledger.started_turns(&session.id)?,
         model: model.info.reference.model.clone(),
         system: vec![SUMMARY_SYSTEM.to_string()],
         messages,

@@ -29,12 +29,12 @@ use crate::clock::now_ms;
 use crate::config::Config;
 use crate::error::{CoreError, Result};
 use crate::ledger::{Ledger, PartWrite, id};
-use crate::llm::retry::RetryPolicy;
-use crate::llm::{ModelResolver, Models};
 use crate::permission::Permissions;
 use crate::tool::ToolHost;
 use actor::{Actors, Op};
 use status::StatusBoard;
+use warden_llm::retry::RetryPolicy;
+use warden_llm::{ModelResolver, Models};
 
 /// What a user sends.
 #[derive(Debug, Clone, Default)]

@@ -13,7 +13,7 @@ use warden_protocol::{LlmEvent, MessageId, Millis, ProviderError, SessionId};
 use crate::clock::now_ms;
 use crate::ledger::Ledger;
 use crate::ledger::phase::PhaseKind;
-use crate::llm::EventStream;
+use warden_llm::EventStream;
 
 /// Collects the phase marks of one assistant message and writes them
 /// together: the request and first-token marks with the step's finish, so

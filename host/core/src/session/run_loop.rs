@@ -49,16 +49,6 @@ pub(crate) async fn run(
         core.status.set(session_id, SessionStatus::Busy);
         let session = core.ledger.session(session_id)?;
         let all = core.ledger.history(session_id)?;
-        // Model steps begun so far in the whole session (a cassette's place).
-        let prior_turns = all
-            .iter()
-            .filter(|m| {
-                assistant(m).is_some()
-                    && m.parts
-                        .iter()
-                        .any(|p| matches!(p.body, PartBody::StepStart {}))
-            })
-            .count() as u32;
         let msgs = history::since_compaction(all);
         let latest = history::latest(&msgs);
         let Some(user) = latest.user.cloned() else {
@@ -149,8 +139,6 @@ pub(crate) async fn run(
             }));
         }
         let request = LlmRequest {
-            session_id: session_id.clone(),
-            prior_turns,
             model: model.info.reference.model.clone(),
             system: system::prompt(agent, &session.directory),
             messages,

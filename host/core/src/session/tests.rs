@@ -9,12 +9,12 @@ use warden_protocol::llm::AssistantContent;
 use warden_protocol::{ChatMessage, Event, LlmEvent, LlmRequest, ModelRef, PartBody, ToolState};
 
 use super::*;
-use crate::llm::scripted::ScriptedProvider;
-use crate::llm::{ModelInfo, Prices, ResolvedModel};
 use crate::tool::{
     AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, GuestRef, HookDef,
     PatternSource, ToolDef, ToolOutput,
 };
+use warden_llm::scripted::ScriptedProvider;
+use warden_llm::{ModelInfo, Prices, ResolvedModel};
 
 /// `echo` returns its arguments; `fail` always fails. Hooks are given by
 /// the test: `rewriter` rewrites the arguments to `{"path": "rewritten"}`,
@@ -97,10 +97,10 @@ impl ToolHost for RustTools {
     }
 }
 
-struct OneModel(Arc<dyn crate::llm::Provider>, Option<u64>);
+struct OneModel(Arc<dyn warden_llm::Provider>, Option<u64>);
 
 impl ModelResolver for OneModel {
-    fn resolve(&self, model: &ModelRef) -> Result<ResolvedModel> {
+    fn resolve(&self, model: &ModelRef) -> warden_llm::Result<ResolvedModel> {
         Ok(ResolvedModel {
             info: ModelInfo {
                 reference: model.clone(),
@@ -130,7 +130,7 @@ fn setup_with(
     cassette: Value,
     config: &str,
     tools: RustTools,
-    model: Option<Arc<dyn crate::llm::Provider>>,
+    model: Option<Arc<dyn warden_llm::Provider>>,
 ) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cassette.json");
@@ -142,7 +142,7 @@ fn setup_with(
         ledger,
         tools.clone(),
         Arc::new(OneModel(
-            model.unwrap_or_else(|| provider.clone() as Arc<dyn crate::llm::Provider>),
+            model.unwrap_or_else(|| provider.clone() as Arc<dyn warden_llm::Provider>),
             cassette["context_limit"].as_u64(),
         )),
         Config::parse(config).unwrap(),
@@ -245,7 +245,13 @@ async fn a_tool_call_then_an_answer_takes_two_requests() {
             ("c1".into(), "completed".into())
         ]
     );
-    assert_eq!(reqs[1].prior_turns, 1);
+    // The second request followed one model turn.
+    let turns = reqs[1]
+        .messages
+        .iter()
+        .filter(|m| matches!(&***m, warden_protocol::ChatMessage::Assistant { .. }))
+        .count();
+    assert_eq!(turns, 1);
 }
 
 #[tokio::test]
@@ -692,11 +698,11 @@ async fn hook_tool_patterns_are_globs_with_alternatives() {
 struct Remote(Mutex<std::collections::VecDeque<tokio::sync::mpsc::UnboundedReceiver<LlmEvent>>>);
 
 #[async_trait::async_trait]
-impl crate::llm::Provider for Remote {
+impl warden_llm::Provider for Remote {
     async fn stream(
         &self,
         _: LlmRequest,
-    ) -> std::result::Result<crate::llm::EventStream, warden_protocol::ProviderError> {
+    ) -> std::result::Result<warden_llm::EventStream, warden_protocol::ProviderError> {
         let rx = self.0.lock().unwrap().pop_front().ok_or_else(|| {
             warden_protocol::ProviderError::new(
                 warden_protocol::llm::ErrorKind::BadRequest,
@@ -743,7 +749,7 @@ async fn an_always_answer_applies_at_once_to_a_later_call_of_the_same_step() {
         json!({"turns": []}),
         r#"{"permission": {"echo": "ask"}}"#,
         RustTools::default(),
-        Some(remote as Arc<dyn crate::llm::Provider>),
+        Some(remote as Arc<dyn warden_llm::Provider>),
     );
     let _attached = s.core.permissions().attach();
     let mut events = s.core.bus().subscribe();

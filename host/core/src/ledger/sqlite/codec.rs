@@ -29,9 +29,6 @@ pub fn kind_name(code: i64) -> Option<&'static str> {
         .and_then(|i| KINDS.get(i).copied())
 }
 
-/// The code of `step-start` parts, for queries.
-pub const STEP_START: i64 = 4;
-
 /// The tool states as stored (`part_event.status`).
 const STATUSES: [&str; 4] = ["pending", "running", "completed", "error"];
 
@@ -180,7 +177,7 @@ mod tests {
         for (i, k) in KINDS.iter().enumerate() {
             assert_eq!(kind_name(i as i64 + 1), Some(*k));
         }
-        assert_eq!(kind_code(&PartBody::StepStart {}), STEP_START);
+        assert_eq!(kind_code(&PartBody::StepStart {}), 4);
         for s in STATUSES {
             assert_eq!(status_name(status_code(s)), Some(s));
         }

@@ -173,14 +173,3 @@ pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<MessageWithPar
     Ok(out)
 }
 
-/// How many assistant messages of the session began a model step.
-pub fn started_turns(conn: &Connection, session: &SessionId) -> Result<u32> {
-    let n: i64 = conn.query_row(
-        "SELECT COUNT(DISTINCT p.message) FROM part p JOIN message m ON m.key = p.message
-         JOIN session s ON s.key = m.session
-         WHERE s.id = ?1 AND p.kind = ?2 AND m.role = 'assistant'",
-        params![session.as_str(), codec::STEP_START],
-        |r| r.get(0),
-    )?;
-    Ok(n as u32)
-}

@@ -287,12 +287,6 @@ impl Store for SqliteStore {
         self.run(move |c| messages::read(c, &session)).await
     }
 
-    async fn started_turns(&self, session: &SessionId) -> Result<u32> {
-        let session = session.clone();
-        self.run(move |c| messages::started_turns(c, &session))
-            .await
-    }
-
     async fn part_events(&self, session: &SessionId) -> Result<Vec<PartEvent>> {
         let session = session.clone();
         self.run(move |c| timeline::read(c, &session)).await

@@ -33,11 +33,11 @@ use crate::agent::Agent;
 use crate::boundary::{CallEnv, CallFailure, CallOutcome, CallRequest, Rules};
 use crate::clock::now_ms;
 use crate::error::{CoreError, Result};
-use crate::llm::{EventStream, ResolvedModel};
 use crate::tool::{CallContext, ToolDef, ToolOutput};
 use calls::{CallTable, Open};
 use runs::{Feedback, Runs};
 use sink::PartsSink;
+use warden_llm::{EventStream, ResolvedModel};
 
 pub(crate) use calls::CallTable as Calls;
 
@@ -116,6 +116,7 @@ impl<'a> Turn<'a> {
         };
         let session_id = self.step.session.id.clone();
         let marks = PhaseMarks::new(&self.core.ledger, &session_id, &self.step.info.id);
+        let provider = self.step.model.provider_for(session_id.as_str());
         let mut attempt = 0u32;
         let result = loop {
             attempt += 1;
@@ -128,7 +129,7 @@ impl<'a> Turn<'a> {
             let started = tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => Err(Halt::Cancelled),
-                s = self.step.model.provider.stream(request.clone()) => s.map_err(Halt::Provider),
+                s = provider.stream(request.clone()) => s.map_err(Halt::Provider),
             };
             let r = match started {
                 Ok(stream) => self.consume(marks.watch(stream), &mut rx).await,

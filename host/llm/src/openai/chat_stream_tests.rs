@@ -5,7 +5,7 @@ use serde_json::json;
 use warden_protocol::llm::ErrorKind;
 
 use super::*;
-use crate::llm::stream::decode_all;
+use crate::stream::decode_all;
 
 fn chunk(delta: Value, finish: Option<&str>) -> String {
     let c = json!({"id": "x", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});

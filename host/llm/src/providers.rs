@@ -26,7 +26,7 @@ use super::anthropic::{self, AnthropicProvider};
 use super::http::{Endpoint, EndpointSettings};
 use super::openai::{ChatProvider, MaxTokensField, ResponsesProvider};
 use super::{ModelInfo, Prices, Provider, ResolvedModel};
-use crate::error::{CoreError, Result};
+use crate::{ModelError, Result};
 
 /// OpenAI's own endpoint (also the default of `OPENAI_BASE_URL`).
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -180,7 +180,7 @@ struct Settings {
 
 fn settings(name: &str, config: Option<&ProviderConfig>, env: &EnvLookup) -> Result<Settings> {
     let config = config.cloned().unwrap_or_default();
-    let bad = |reason: String| CoreError::Config(format!("provider.{name}: {reason}"));
+    let bad = |reason: String| ModelError::Config(format!("provider.{name}: {reason}"));
     validate(name, &config).map_err(bad)?;
     let (default_api, url_env, default_url, key_var) = match name {
         "openai" => (
@@ -206,7 +206,7 @@ fn settings(name: &str, config: Option<&ProviderConfig>, env: &EnvLookup) -> Res
         .flatten()
         .filter(|u| !u.trim().is_empty());
     if let Some(u) = &from_env {
-        check_url(u).map_err(|e| CoreError::Config(format!("{url_env}: {e}")))?;
+        check_url(u).map_err(|e| ModelError::Config(format!("{url_env}: {e}")))?;
     }
     let base_url = config
         .base_url
@@ -259,7 +259,7 @@ fn resolve(s: &Settings, model: &ModelRef, env: &EnvLookup) -> Result<ResolvedMo
             "openai" => " (or set OPENAI_BASE_URL to use an OpenAI-compatible server)",
             _ => "",
         };
-        return Err(CoreError::Model {
+        return Err(ModelError::Model {
             model: model.to_string(),
             reason: format!(
                 "no API key: set the environment variable {var} to your {} API key{hint}",
@@ -292,7 +292,7 @@ fn resolve(s: &Settings, model: &ModelRef, env: &EnvLookup) -> Result<ResolvedMo
         ),
         idle_timeout: Duration::from_millis(s.config.idle_timeout_ms.unwrap_or(IDLE_TIMEOUT_MS)),
     })
-    .map_err(|reason| CoreError::Config(format!("provider.{}: {reason}", s.name)))?;
+    .map_err(|reason| ModelError::Config(format!("provider.{}: {reason}", s.name)))?;
 
     let m = s
         .config

@@ -1,17 +1,24 @@
-//! Models: the provider seam, model metadata and the retry policy.
+//! `warden-llm`: the model providers, behind one seam. It depends on
+//! `warden-protocol` only; the core reaches models through [`ModelResolver`]
+//! → [`ResolvedModel`] → [`Provider`] and never sees a wire protocol.
 //!
-//! A [`Provider`] turns one [`LlmRequest`] into a stream of [`LlmEvent`]s;
-//! the processor consumes that stream and never sees a wire protocol. The
-//! [`scripted`] provider replays a cassette, for the offline demo and tests.
+//! A [`Provider`] turns one [`LlmRequest`] into a stream of [`LlmEvent`]s.
+//! The request carries only what the model is shown; a provider that keeps
+//! something per session (the [`scripted`] one: its place in a cassette)
+//! hands out a view of itself per conversation ([`Provider::conversation`]).
 //!
-//! The real adapters speak HTTP: [`openai`] (Chat Completions, also for
-//! compatible local servers, and the Responses API) and [`anthropic`]
-//! (Messages). Each is a request builder plus a stream [`stream::Decoder`]
-//! over [`sse`] events; [`http`] and [`failure`] hold what they share (the
-//! client, timeouts, HTTP errors and retry-after). [`providers`] reads them
-//! from the config.
+//! Where to start reading: this file (the seam, [`Models`], model metadata),
+//! then [`scripted`] (the cassette player, for the offline demo and tests),
+//! then one adapter. The real adapters speak HTTP: [`openai`] (Chat
+//! Completions, also for compatible local servers, and the Responses API)
+//! and [`anthropic`] (Messages). Each is a request builder plus a stream
+//! [`stream::Decoder`] over [`sse`] events; [`http`] and [`failure`] hold what
+//! they share (the client, timeouts, HTTP errors classified, retry-after),
+//! and [`retry`] the policy the core's turn applies. [`providers`] holds their
+//! configuration, which the core's config file fills in.
 
 pub mod anthropic;
+mod error;
 pub mod failure;
 pub mod http;
 pub mod openai;
@@ -21,7 +28,7 @@ pub mod scripted;
 pub mod sse;
 pub mod stream;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
@@ -29,8 +36,10 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use warden_protocol::{LlmEvent, LlmRequest, ModelRef, ProviderError, Tokens};
 
-use crate::config::Config;
-use crate::error::{CoreError, Result};
+pub use providers::ProviderConfig;
+pub use retry::RetryPolicy;
+
+pub use error::{ModelError, Result};
 
 /// The events of one model request.
 pub type EventStream = Pin<Box<dyn Stream<Item = LlmEvent> + Send>>;
@@ -42,6 +51,15 @@ pub trait Provider: Send + Sync {
     /// connection refused) are returned here; errors after it started arrive
     /// as [`LlmEvent::Error`]. Dropping the stream cancels the request.
     async fn stream(&self, request: LlmRequest) -> std::result::Result<EventStream, ProviderError>;
+
+    /// This provider as one conversation (a session, named by `id`) sees it,
+    /// for a provider that keeps something per conversation; `None` (the
+    /// default) when every conversation sees the same provider, as with
+    /// every HTTP adapter. The request itself carries no session.
+    fn conversation(&self, id: &str) -> Option<Arc<dyn Provider>> {
+        let _ = id;
+        None
+    }
 }
 
 /// Prices in dollars per million tokens.
@@ -88,6 +106,15 @@ pub struct ResolvedModel {
     pub provider: Arc<dyn Provider>,
 }
 
+impl ResolvedModel {
+    /// The provider to stream the conversation `id`'s requests through.
+    pub fn provider_for(&self, id: &str) -> Arc<dyn Provider> {
+        self.provider
+            .conversation(id)
+            .unwrap_or_else(|| self.provider.clone())
+    }
+}
+
 /// Finds the provider and metadata for a model reference.
 pub trait ModelResolver: Send + Sync {
     fn resolve(&self, model: &ModelRef) -> Result<ResolvedModel>;
@@ -112,22 +139,26 @@ impl Models {
         m
     }
 
-    /// A resolver for everything the config can name: `scripted`, the
+    /// A resolver for everything a config can name: `scripted`, the
     /// built-in `openai` and `anthropic` (which work from environment
-    /// variables alone), and every provider in the config's `provider` table.
-    pub fn from_config(config: &Config) -> Self {
-        Self::from_config_with_env(config, providers::process_env())
+    /// variables alone), and every provider in `providers` (the config
+    /// file's `provider` table).
+    pub fn from_providers(providers: &BTreeMap<String, ProviderConfig>) -> Self {
+        Self::from_providers_with_env(providers, providers::process_env())
     }
 
-    /// [`Models::from_config`], reading environment variables through `env`.
-    pub fn from_config_with_env(config: &Config, env: providers::EnvLookup) -> Self {
+    /// [`Models::from_providers`], reading environment variables through `env`.
+    pub fn from_providers_with_env(
+        providers: &BTreeMap<String, ProviderConfig>,
+        env: providers::EnvLookup,
+    ) -> Self {
         let m = Models::new();
         let mut names: Vec<&str> = vec!["openai", "anthropic"];
-        names.extend(config.provider.keys().map(String::as_str));
+        names.extend(providers.keys().map(String::as_str));
         for name in names {
             m.register(
                 name,
-                providers::factory(name, config.provider.get(name), env.clone()),
+                providers::factory(name, providers.get(name), env.clone()),
             );
         }
         m
@@ -145,7 +176,7 @@ impl Models {
     pub fn parse(text: &str) -> Result<ModelRef> {
         if let Some(path) = text.strip_prefix("scripted:") {
             if path.is_empty() {
-                return Err(CoreError::Model {
+                return Err(ModelError::Model {
                     model: text.into(),
                     reason: "give the cassette's path: scripted:PATH".into(),
                 });
@@ -160,7 +191,7 @@ impl Models {
                 provider: p.into(),
                 model: m.into(),
             }),
-            _ => Err(CoreError::Model {
+            _ => Err(ModelError::Model {
                 model: text.into(),
                 reason: "write models as provider/model (e.g. openai/gpt-4o) or scripted:PATH"
                     .into(),
@@ -187,7 +218,7 @@ impl ModelResolver for Models {
                     let mut known: Vec<&String> = f.keys().collect();
                     known.sort();
                     let known: Vec<&str> = known.iter().map(|s| s.as_str()).collect();
-                    return Err(CoreError::Model {
+                    return Err(ModelError::Model {
                         model: model.to_string(),
                         reason: format!(
                             "unknown provider {:?}; known: {}",

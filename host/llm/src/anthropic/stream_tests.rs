@@ -4,7 +4,7 @@ use serde_json::json;
 use warden_protocol::llm::ErrorKind;
 
 use super::*;
-use crate::llm::stream::decode_all;
+use crate::stream::decode_all;
 
 fn sse(events: &[Value]) -> Vec<u8> {
     events

@@ -24,9 +24,12 @@
 //! `WARDEN_SCRIPTED_RECORD` is set, appended to it as a JSON line, so a test
 //! can assert what the model was shown.
 //!
-//! The place in the cassette is per session. A fresh process starts at the
-//! request's `prior_turns` (the model steps the ledger says already began),
-//! so a resumed session continues where the killed one stopped.
+//! The place in the cassette is per conversation (a session): the core asks
+//! for [`Provider::conversation`] and streams through that view. A
+//! conversation this process has not served yet starts at the number of
+//! model turns its first request already shows (its assistant messages), so
+//! a resumed session continues where the killed one stopped; after that each
+//! request, a retry included, takes the next turn.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -39,11 +42,11 @@ use serde::Deserialize;
 use serde_json::Value;
 use warden_protocol::llm::ErrorKind;
 use warden_protocol::{
-    FinishReason, LlmEvent, LlmRequest, ModelRef, ProviderError, SessionId, Usage,
+    ChatMessage, FinishReason, LlmEvent, LlmRequest, ModelRef, ProviderError, Usage,
 };
 
 use super::{EventStream, ModelInfo, Prices, Provider, ResolvedModel};
-use crate::error::{CoreError, Result};
+use crate::{ModelError, Result};
 
 /// How many requests [`ScriptedProvider::requests`] keeps.
 const KEPT_REQUESTS: usize = 256;
@@ -185,10 +188,17 @@ fn finish_reason(s: &str) -> std::result::Result<FinishReason, String> {
 
 /// Replays a cassette.
 pub struct ScriptedProvider {
+    player: Arc<Player>,
+}
+
+/// The cassette and every conversation's place in it, shared by the
+/// provider and its conversation views.
+struct Player {
     path: PathBuf,
     cassette: Cassette,
     record: Option<PathBuf>,
-    next: Mutex<HashMap<SessionId, u32>>,
+    /// The next turn of each conversation served so far.
+    next: Mutex<HashMap<String, u32>>,
     requests: Mutex<Vec<LlmRequest>>,
 }
 
@@ -203,31 +213,84 @@ impl ScriptedProvider {
                 .as_ref()
                 .map(|r| path.parent().unwrap_or(Path::new(".")).join(r)),
         };
-        Ok(ScriptedProvider {
+        let player = Player {
             path: path.to_path_buf(),
             cassette,
             record,
             next: Mutex::new(HashMap::new()),
             requests: Mutex::new(Vec::new()),
+        };
+        Ok(ScriptedProvider {
+            player: Arc::new(player),
         })
     }
 
     /// The requests received so far, in order (the latest 256).
     pub fn requests(&self) -> Vec<LlmRequest> {
-        self.requests
+        self.player
+            .requests
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
 
-    fn take_turn(&self, request: &LlmRequest) -> u32 {
+    /// The cassette being played.
+    pub fn cassette(&self) -> &Cassette {
+        &self.player.cassette
+    }
+}
+
+impl Player {
+    /// The cassette turn for the conversation's next request. A conversation
+    /// first seen here (a new session, or one resumed by a fresh process)
+    /// starts after the model turns its request already holds.
+    fn take_turn(&self, conversation: &str, request: &LlmRequest) -> u32 {
         let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
         let slot = next
-            .entry(request.session_id.clone())
-            .or_insert(request.prior_turns);
+            .entry(conversation.to_string())
+            .or_insert_with(|| shown_turns(request));
         let turn = *slot;
         *slot += 1;
         turn
+    }
+
+    /// Play the conversation's next turn.
+    async fn play(
+        &self,
+        conversation: &str,
+        request: LlmRequest,
+    ) -> std::result::Result<EventStream, ProviderError> {
+        self.record(&request)?;
+        let index = self.take_turn(conversation, &request);
+        let Some(turn) = self.cassette.turns.get(index as usize).cloned() else {
+            return Err(ProviderError::new(
+                ErrorKind::Other,
+                format!(
+                    "the cassette {} has {} turns and this is request {} of the session; add a turn or check the conversation",
+                    self.path.display(),
+                    self.cassette.turns.len(),
+                    index + 1
+                ),
+            ));
+        };
+        if let Some(e) = &turn.error {
+            return Err(ProviderError {
+                kind: e.kind,
+                message: e.message.clone(),
+                status: e.status,
+                retry_after_ms: e.retry_after_ms,
+            });
+        }
+        let events = turn_events(&turn, index, &request);
+        let delay = turn.delay_ms.unwrap_or(0);
+        let stream = futures::stream::once(async move {
+            if delay > 0 {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+            }
+            futures::stream::iter(events)
+        })
+        .flatten();
+        Ok(Box::pin(stream))
     }
 
     fn record(&self, request: &LlmRequest) -> std::result::Result<(), ProviderError> {
@@ -270,40 +333,56 @@ impl ScriptedProvider {
     }
 }
 
+/// The model turns a request already shows: its assistant messages, except
+/// a last one, which is not a turn taken but words put in the model's mouth
+/// (the host's "no steps are left" on an agent's last step).
+fn shown_turns(request: &LlmRequest) -> u32 {
+    let taken = match request.messages.split_last() {
+        Some((last, before)) if matches!(&**last, ChatMessage::Assistant { .. }) => before,
+        _ => &request.messages[..],
+    };
+    taken
+        .iter()
+        .filter(|m| matches!(&***m, ChatMessage::Assistant { .. }))
+        .count() as u32
+}
+
+/// A request with no conversation of its own (a provider used outside a
+/// session) shares this one.
+const NO_CONVERSATION: &str = "";
+
 #[async_trait::async_trait]
 impl Provider for ScriptedProvider {
     async fn stream(&self, request: LlmRequest) -> std::result::Result<EventStream, ProviderError> {
-        self.record(&request)?;
-        let index = self.take_turn(&request);
-        let Some(turn) = self.cassette.turns.get(index as usize).cloned() else {
-            return Err(ProviderError::new(
-                ErrorKind::Other,
-                format!(
-                    "the cassette {} has {} turns and this is request {} of the session; add a turn or check the conversation",
-                    self.path.display(),
-                    self.cassette.turns.len(),
-                    index + 1
-                ),
-            ));
-        };
-        if let Some(e) = &turn.error {
-            return Err(ProviderError {
-                kind: e.kind,
-                message: e.message.clone(),
-                status: e.status,
-                retry_after_ms: e.retry_after_ms,
-            });
-        }
-        let events = turn_events(&turn, index, &request);
-        let delay = turn.delay_ms.unwrap_or(0);
-        let stream = futures::stream::once(async move {
-            if delay > 0 {
-                tokio::time::sleep(Duration::from_millis(delay)).await;
-            }
-            futures::stream::iter(events)
-        })
-        .flatten();
-        Ok(Box::pin(stream))
+        self.player.play(NO_CONVERSATION, request).await
+    }
+
+    fn conversation(&self, id: &str) -> Option<Arc<dyn Provider>> {
+        Some(Arc::new(Conversation {
+            player: self.player.clone(),
+            id: id.to_string(),
+        }))
+    }
+}
+
+/// The scripted provider as one conversation sees it: its own place in the
+/// cassette.
+struct Conversation {
+    player: Arc<Player>,
+    id: String,
+}
+
+#[async_trait::async_trait]
+impl Provider for Conversation {
+    async fn stream(&self, request: LlmRequest) -> std::result::Result<EventStream, ProviderError> {
+        self.player.play(&self.id, request).await
+    }
+
+    fn conversation(&self, id: &str) -> Option<Arc<dyn Provider>> {
+        Some(Arc::new(Conversation {
+            player: self.player.clone(),
+            id: id.to_string(),
+        }))
     }
 }
 
@@ -411,7 +490,6 @@ fn chunks(text: &str) -> Vec<&str> {
 
 /// About four characters a token, so step-finish parts carry plausible numbers.
 fn estimate_usage(turn: &Turn, request: &LlmRequest) -> Usage {
-    use warden_protocol::ChatMessage;
     use warden_protocol::llm::{AssistantContent, UserContent};
     // Counted from the text, not by serialising the conversation again.
     let mut input_chars: usize = request.system.iter().map(|s| s.len()).sum();
@@ -456,11 +534,11 @@ fn estimate_usage(turn: &Turn, request: &LlmRequest) -> Usage {
 /// The `scripted` provider factory: `scripted:PATH`.
 pub fn resolve(model: &ModelRef) -> Result<ResolvedModel> {
     let path = PathBuf::from(&model.model);
-    let provider = ScriptedProvider::load(&path).map_err(|reason| CoreError::Model {
+    let provider = ScriptedProvider::load(&path).map_err(|reason| ModelError::Model {
         model: model.to_string(),
         reason,
     })?;
-    let context_limit = provider.cassette.context_limit;
+    let context_limit = provider.cassette().context_limit;
     Ok(ResolvedModel {
         info: ModelInfo {
             reference: model.clone(),
@@ -473,80 +551,5 @@ pub fn resolve(model: &ModelRef) -> Result<ResolvedModel> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn malformed_cassettes_say_what_is_wrong() {
-        assert!(
-            Cassette::parse("{")
-                .unwrap_err()
-                .contains("not a valid cassette")
-        );
-        assert!(
-            Cassette::parse(r#"{"turns": [{}]}"#)
-                .unwrap_err()
-                .contains("turn 1 is empty")
-        );
-        assert!(
-            Cassette::parse(r#"{"turns": [{"text": "a", "finish_reason": "done"}]}"#)
-                .unwrap_err()
-                .contains("unknown finish_reason \"done\"")
-        );
-        assert!(
-            Cassette::parse(r#"{"turns": [{"txt": "a"}]}"#)
-                .unwrap_err()
-                .contains("unknown field `txt`")
-        );
-        assert!(
-            Cassette::parse(r#"{"turns": [{"tool_calls": [{"id": "", "name": "read"}]}]}"#)
-                .unwrap_err()
-                .contains("non-empty")
-        );
-    }
-
-    #[test]
-    fn text_streams_in_chunks_that_add_up() {
-        let t = "one two three four five six seven";
-        let c = chunks(t);
-        assert!(c.len() > 1);
-        assert_eq!(c.concat(), t);
-    }
-
-    #[test]
-    fn a_turn_with_a_call_but_stop_keeps_stop() {
-        let turn = Turn {
-            tool_calls: vec![ScriptedCall {
-                id: "c".into(),
-                name: "read".into(),
-                arguments: Some(serde_json::json!({"filePath": "a"})),
-                arguments_raw: None,
-            }],
-            finish_reason: Some("stop".into()),
-            ..Turn::default()
-        };
-        let req = LlmRequest {
-            session_id: "s".into(),
-            prior_turns: 0,
-            model: "m".into(),
-            system: vec![],
-            messages: vec![],
-            tools: vec![],
-            max_output_tokens: None,
-        };
-        let ev = turn_events(&turn, 0, &req);
-        assert!(ev.contains(&LlmEvent::ToolCall {
-            call_id: "c".into(),
-            name: "read".into(),
-            input: r#"{"filePath":"a"}"#.into(),
-            provider_executed: false
-        }));
-        assert!(matches!(
-            ev[ev.len() - 2],
-            LlmEvent::FinishStep {
-                reason: FinishReason::Stop,
-                ..
-            }
-        ));
-    }
-}
+#[path = "scripted_tests.rs"]
+mod tests;

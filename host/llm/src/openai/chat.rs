@@ -331,8 +331,6 @@ mod tests {
 
     fn request() -> LlmRequest {
         LlmRequest {
-            session_id: "s".into(),
-            prior_turns: 0,
             model: "gpt-4o".into(),
             system: vec!["be brief".into(), "<env>x</env>".into()],
             messages: vec![

@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use warden_protocol::LlmRequest;
 use warden_protocol::llm::{AssistantContent, ChatMessage, UserContent};
 
-use crate::llm::openai::chat::merge_options;
+use crate::openai::chat::merge_options;
 
 /// Used when neither the request nor the model's defaults give an output
 /// limit: every Claude model accepts it.
@@ -146,8 +146,6 @@ mod tests {
     #[test]
     fn the_whole_body_with_thinking_sent_back_and_results_merged() {
         let req = LlmRequest {
-            session_id: "s".into(),
-            prior_turns: 0,
             model: "claude-sonnet-4-5".into(),
             system: vec!["sys".into(), "env".into()],
             messages: vec![
@@ -217,8 +215,6 @@ mod tests {
     #[test]
     fn a_trailing_assistant_prefill_loses_trailing_whitespace_and_max_tokens_falls_back() {
         let req = LlmRequest {
-            session_id: "s".into(),
-            prior_turns: 0,
             model: "m".into(),
             system: vec![],
             messages: vec![

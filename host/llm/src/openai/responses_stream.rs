@@ -17,9 +17,9 @@ use serde_json::{Value, json};
 use warden_protocol::{FinishReason, LlmEvent, ProviderError, Usage};
 
 use super::chat_stream::arguments_or_empty_object;
-use crate::llm::failure;
-use crate::llm::sse::SseEvent;
-use crate::llm::stream::{Decoder, Flow, cut_short, json};
+use crate::failure;
+use crate::sse::SseEvent;
+use crate::stream::{Decoder, Flow, cut_short, json};
 
 #[derive(Debug)]
 enum Item {

@@ -17,9 +17,9 @@ use rand::distr::Alphanumeric;
 use serde_json::Value;
 use warden_protocol::{FinishReason, LlmEvent, ProviderError, Usage};
 
-use crate::llm::failure;
-use crate::llm::sse::SseEvent;
-use crate::llm::stream::{Decoder, Flow, cut_short, json};
+use crate::failure;
+use crate::sse::SseEvent;
+use crate::stream::{Decoder, Flow, cut_short, json};
 
 /// One tool call being assembled.
 #[derive(Debug)]

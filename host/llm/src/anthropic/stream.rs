@@ -13,10 +13,10 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 use warden_protocol::{FinishReason, LlmEvent, ProviderError, Usage};
 
-use crate::llm::failure;
-use crate::llm::openai::chat_stream::arguments_or_empty_object;
-use crate::llm::sse::SseEvent;
-use crate::llm::stream::{Decoder, Flow, cut_short, json};
+use crate::failure;
+use crate::openai::chat_stream::arguments_or_empty_object;
+use crate::sse::SseEvent;
+use crate::stream::{Decoder, Flow, cut_short, json};
 
 #[derive(Debug)]
 enum Block {

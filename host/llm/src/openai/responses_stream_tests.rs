@@ -1,7 +1,7 @@
 //! Edge cases of the Responses decoder beyond the recorded streams.
 
 use super::*;
-use crate::llm::stream::decode_all;
+use crate::stream::decode_all;
 use warden_protocol::llm::ErrorKind;
 
 fn run(events: &[Value]) -> Vec<LlmEvent> {

@@ -107,8 +107,6 @@ mod tests {
     #[test]
     fn the_whole_body() {
         let req = LlmRequest {
-            session_id: "s".into(),
-            prior_turns: 0,
             model: "gpt-5".into(),
             system: vec!["sys".into()],
             messages: vec![
