@@ -172,4 +172,3 @@ pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<MessageWithPar
     }
     Ok(out)
 }
-
