@@ -393,8 +393,8 @@ fn asks_logs_and_progress_are_capped_per_call() {
     });
 }
 
-#[test]
-fn a_log_flood_and_an_ask_flood_leave_bounded_traces() {
+#[tokio::test]
+async fn a_log_flood_and_an_ask_flood_leave_bounded_traces() {
     let env = Env::new();
     env.config(json!({
         "plugins": [adversary(json!({}))],
@@ -424,7 +424,7 @@ fn a_log_flood_and_an_ask_flood_leave_bounded_traces() {
     let asks: Value =
         serde_json::from_str(&results.iter().find(|r| r.0 == "asks").unwrap().2).unwrap();
     assert_eq!(asks["ok"], 16);
-    let trail = env.ledger().audit_trail(&run.session()).unwrap();
+    let trail = env.ledger().audit_trail(&run.session()).await.unwrap();
     let of_asks = trail
         .iter()
         .filter(|a| a.call_id.as_deref() == Some("asks"))
@@ -640,8 +640,8 @@ fn too_many_tools_are_refused_at_load() {
     );
 }
 
-#[test]
-fn a_second_call_with_the_same_id_is_refused_visibly() {
+#[tokio::test]
+async fn a_second_call_with_the_same_id_is_refused_visibly() {
     let env = Env::new();
     env.config(json!({"plugins": [Env::fixtures_plugin(json!({}))]}));
     env.cassette(json!([
@@ -666,7 +666,7 @@ fn a_second_call_with_the_same_id_is_refused_visibly() {
     );
     let ledger = env.ledger();
     assert_eq!(
-        timeline(&ledger, &run.session(), "same-duplicate-1"),
+        timeline(&ledger, &run.session(), "same-duplicate-1").await,
         ["pending", "running", "error"]
     );
 }

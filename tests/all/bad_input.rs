@@ -21,8 +21,8 @@ fn no_panic(run: &Run) {
     assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
 }
 
-#[test]
-fn a_malformed_cassette_is_a_cli_error_that_names_the_problem() {
+#[tokio::test]
+async fn a_malformed_cassette_is_a_cli_error_that_names_the_problem() {
     let env = Env::new();
     std::fs::write(
         env.root.path().join("cassette.json"),
@@ -36,7 +36,7 @@ fn a_malformed_cassette_is_a_cli_error_that_names_the_problem() {
     assert!(run.stderr.contains("cassette.json"), "{}", run.stderr);
     assert_ledger_readable(&env);
     assert!(
-        env.ledger().sessions().unwrap().is_empty(),
+        env.ledger().sessions().await.unwrap().is_empty(),
         "nothing was written for a prompt that could not run"
     );
 
@@ -84,8 +84,8 @@ fn a_missing_cassette_and_an_unknown_provider_are_named() {
     assert_ledger_readable(&env);
 }
 
-#[test]
-fn bad_tool_calls_from_the_model_become_error_parts_and_the_model_is_told() {
+#[tokio::test]
+async fn bad_tool_calls_from_the_model_become_error_parts_and_the_model_is_told() {
     let env = Env::new();
     env.cassette(json!([
         {"tool_calls": [
@@ -129,7 +129,7 @@ fn bad_tool_calls_from_the_model_become_error_parts_and_the_model_is_told() {
     );
     for id in ["c1", "c2", "c3", "c4", "c5"] {
         assert_eq!(
-            timeline(&env.ledger(), &run.session(), id),
+            timeline(&env.ledger(), &run.session(), id).await,
             ["pending", "running", "error"],
             "{id}"
         );
@@ -179,14 +179,14 @@ fn unknown_sessions_are_named() {
     }
 }
 
-#[test]
-fn a_provider_error_ends_the_run_with_its_message_and_keeps_the_prompt() {
+#[tokio::test]
+async fn a_provider_error_ends_the_run_with_its_message_and_keeps_the_prompt() {
     let env = Env::new();
     env.cassette(json!([{"error": {"kind": "auth", "message": "invalid api key", "status": 401}}]));
     let run = env.run_json("hello");
     no_panic(&run);
     assert_eq!(run.status.code(), Some(1));
     assert_eq!(run.finished()["error"], "invalid api key");
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+    let msgs = env.ledger().messages(&run.session()).await.unwrap();
     assert_eq!(msgs[0].text(), "hello", "the prompt is kept");
 }

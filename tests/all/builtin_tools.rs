@@ -71,8 +71,8 @@ fn find<'a>(results: &'a Results, id: &str) -> &'a (String, bool, String) {
 }
 
 /// The title and metadata the ledger holds for a completed call.
-fn completed(env: &Env, run: &Run, call: &str) -> (String, Value) {
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+async fn completed(env: &Env, run: &Run, call: &str) -> (String, Value) {
+    let msgs = env.ledger().messages(&run.session()).await.unwrap();
     match tool_parts(&msgs).into_iter().find(|(c, _)| c == call) {
         Some((
             _,
@@ -85,12 +85,12 @@ fn completed(env: &Env, run: &Run, call: &str) -> (String, Value) {
 }
 
 /// Every call went pending → running → its expected end, in the ledger.
-fn assert_ends(env: &Env, run: &Run, results: &Results) {
+async fn assert_ends(env: &Env, run: &Run, results: &Results) {
     let ledger = env.ledger();
     for (id, is_error, _) in results {
         let end = if *is_error { "error" } else { "completed" };
         assert_eq!(
-            timeline(&ledger, &run.session(), id),
+            timeline(&ledger, &run.session(), id).await,
             ["pending", "running", end],
             "{id}"
         );

@@ -22,8 +22,8 @@ fn seed(env: &Env) -> Run {
     env.run_json("Read package.json and tell me which scripts it has.")
 }
 
-#[test]
-fn the_seed_scenario_reads_then_answers_in_two_requests() {
+#[tokio::test]
+async fn the_seed_scenario_reads_then_answers_in_two_requests() {
     let env = Env::new();
     let run = seed(&env);
     assert!(run.status.success(), "{}\n{}", run.stdout, run.stderr);
@@ -68,10 +68,10 @@ fn the_seed_scenario_reads_then_answers_in_two_requests() {
     let ledger = env.ledger();
     let session = run.session();
     assert_eq!(
-        timeline(&ledger, &session, "call_1"),
+        timeline(&ledger, &session, "call_1").await,
         ["pending", "running", "completed"]
     );
-    let msgs = ledger.messages(&session).unwrap();
+    let msgs = ledger.messages(&session).await.unwrap();
     let roles: Vec<&str> = msgs.iter().map(|m| m.info.role()).collect();
     assert_eq!(roles, ["user", "assistant", "assistant"]);
     let kinds: Vec<&str> = msgs[1].parts.iter().map(|p| p.body.kind()).collect();

@@ -301,9 +301,9 @@ pub fn tool_parts(msgs: &[MessageWithParts]) -> Vec<(String, ToolState)> {
 }
 
 /// The recorded timeline of one call: its statuses in order.
-pub fn timeline(ledger: &Ledger, session: &SessionId, call: &str) -> Vec<String> {
+pub async fn timeline(ledger: &Ledger, session: &SessionId, call: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for e in ledger.part_events(session).unwrap() {
+    for e in ledger.part_events(session).await.unwrap() {
         if let PartBody::Tool { call_id, state, .. } = &e.part.body
             && call_id == call
         {

@@ -11,7 +11,7 @@ use crate::common::*;
 
 /// Start `warden run --format json`, read its events until `until` says
 /// stop, then SIGKILL it. Returns the session id.
-fn run_and_kill(env: &Env, prompt: &str, until: impl Fn(&Value) -> bool) -> SessionId {
+async fn run_and_kill(env: &Env, prompt: &str, until: impl Fn(&Value) -> bool) -> SessionId {
     let cassette = env.root.path().join("cassette.json");
     let mut child = env
         .warden(&[
@@ -67,8 +67,8 @@ fn assistants(msgs: &[MessageWithParts]) -> Vec<&warden_protocol::AssistantInfo>
         .collect()
 }
 
-#[test]
-fn killed_after_the_tool_completed_resume_finishes_without_duplicates() {
+#[tokio::test]
+async fn killed_after_the_tool_completed_resume_finishes_without_duplicates() {
     let env = Env::new();
     env.file("package.json", r#"{"scripts": {"build": "tsc"}}"#);
     env.cassette(json!([
@@ -76,7 +76,7 @@ fn killed_after_the_tool_completed_resume_finishes_without_duplicates() {
         // The second answer is slow, so the kill lands before it arrives.
         {"text": "One script: build.", "delay_ms": 20000}
     ]));
-    let session = run_and_kill(&env, "which scripts?", |e| is_tool(e, "completed"));
+    let session = run_and_kill(&env, "which scripts?", |e| is_tool(e, "completed")).await;
 
     // The resumed process reads the cassette afresh; answer at once this time.
     env.cassette(json!([
@@ -105,12 +105,12 @@ fn killed_after_the_tool_completed_resume_finishes_without_duplicates() {
 
     // The ledger holds one tool call, completed once; nothing lost, nothing doubled.
     let ledger = env.ledger();
-    let msgs = ledger.messages(&session).unwrap();
+    let msgs = ledger.messages(&session).await.unwrap();
     let calls = tool_parts(&msgs);
     assert_eq!(calls.len(), 1);
     assert!(matches!(calls[0].1, ToolState::Completed { .. }));
     assert_eq!(
-        timeline(&ledger, &session, "call_1"),
+        timeline(&ledger, &session, "call_1").await,
         ["pending", "running", "completed"]
     );
     let users = msgs.iter().filter(|m| m.info.role() == "user").count();
@@ -132,19 +132,19 @@ fn killed_after_the_tool_completed_resume_finishes_without_duplicates() {
     );
 }
 
-#[test]
-fn killed_while_a_tool_runs_resume_reports_it_interrupted_to_the_model() {
+#[tokio::test]
+async fn killed_while_a_tool_runs_resume_reports_it_interrupted_to_the_model() {
     let env = Env::new();
     env.config(json!({"plugins": [Env::fixtures_plugin(json!({"timeout_ms": 60000}))]}));
     env.cassette(json!([
         {"tool_calls": [{"id": "call_1", "name": "sleep", "arguments": {"ms": 30000}}]},
         {"text": "The sleep was cut short."}
     ]));
-    let session = run_and_kill(&env, "sleep a while", |e| is_tool(e, "running"));
+    let session = run_and_kill(&env, "sleep a while", |e| is_tool(e, "running")).await;
 
     // Before resuming, the ledger still says running: nobody cleaned up.
     let ledger = env.ledger();
-    let before = tool_parts(&ledger.messages(&session).unwrap());
+    let before = tool_parts(&ledger.messages(&session).await.unwrap());
     assert!(
         matches!(before[0].1, ToolState::Running { .. }),
         "{before:?}"
@@ -154,7 +154,7 @@ fn killed_while_a_tool_runs_resume_reports_it_interrupted_to_the_model() {
     assert!(run.status.success(), "{}\n{}", run.stdout, run.stderr);
     assert_eq!(run.finished()["text"], "The sleep was cut short.");
 
-    let msgs = ledger.messages(&session).unwrap();
+    let msgs = ledger.messages(&session).await.unwrap();
     let calls = tool_parts(&msgs);
     assert_eq!(calls.len(), 1);
     match &calls[0].1 {
@@ -171,7 +171,7 @@ fn killed_while_a_tool_runs_resume_reports_it_interrupted_to_the_model() {
         other => panic!("expected an interrupted error, got {other:?}"),
     }
     assert_eq!(
-        timeline(&ledger, &session, "call_1"),
+        timeline(&ledger, &session, "call_1").await,
         ["pending", "running", "error"]
     );
 

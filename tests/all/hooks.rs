@@ -53,9 +53,10 @@ fn result<'a>(results: &'a [(String, bool, String)], id: &str) -> &'a (String, b
 }
 
 /// (stage, subject, decision, outcome) of one call's audit trail, in order.
-fn audit(env: &Env, run: &Run, call: &str) -> Vec<(String, String, String, String)> {
+async fn audit(env: &Env, run: &Run, call: &str) -> Vec<(String, String, String, String)> {
     env.ledger()
         .audit_trail(&run.session())
+        .await
         .unwrap()
         .into_iter()
         .filter(|a| a.call_id.as_deref() == Some(call))
@@ -84,8 +85,8 @@ fn row(
     )
 }
 
-fn state(env: &Env, run: &Run, call: &str) -> ToolState {
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+async fn state(env: &Env, run: &Run, call: &str) -> ToolState {
+    let msgs = env.ledger().messages(&run.session()).await.unwrap();
     tool_parts(&msgs)
         .into_iter()
         .find(|(c, _)| c == call)
@@ -93,8 +94,8 @@ fn state(env: &Env, run: &Run, call: &str) -> ToolState {
         .unwrap_or_else(|| panic!("no part for {call}"))
 }
 
-#[test]
-fn hooks_run_in_config_order_before_and_after_and_the_audit_says_so() {
+#[tokio::test]
+async fn hooks_run_in_config_order_before_and_after_and_the_audit_says_so() {
     let env = Env::new();
     env.config(json!({"plugins": [
         Env::fixtures_plugin(json!({})),
@@ -125,7 +126,7 @@ fn hooks_run_in_config_order_before_and_after_and_the_audit_says_so() {
         json!({"x": 1, "trail": trail})
     );
     assert_eq!(after, "after:first\nafter:second\nafter:third");
-    match state(&env, &run, "c1") {
+    match state(&env, &run, "c1").await {
         ToolState::Completed {
             input, output: o, ..
         } => {
@@ -139,7 +140,7 @@ fn hooks_run_in_config_order_before_and_after_and_the_audit_says_so() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        timeline(&env.ledger(), &run.session(), "c1"),
+        timeline(&env.ledger(), &run.session(), "c1").await,
         ["pending", "running", "completed"]
     );
 
@@ -157,7 +158,7 @@ fn hooks_run_in_config_order_before_and_after_and_the_audit_says_so() {
         row("after", "hook:second", "ran", "rewrite"),
         row("after", "hook:third", "ran", "rewrite"),
     ];
-    assert_eq!(audit(&env, &run, "c1"), expected);
+    assert_eq!(audit(&env, &run, "c1").await, expected);
 
     // `session export` carries the same trail.
     let out = env
@@ -187,8 +188,8 @@ fn hooks_run_in_config_order_before_and_after_and_the_audit_says_so() {
     assert_eq!(statuses, ["pending", "running", "completed"]);
 }
 
-#[test]
-fn a_rewrite_is_checked_again_so_it_cannot_reach_a_denied_path() {
+#[tokio::test]
+async fn a_rewrite_is_checked_again_so_it_cannot_reach_a_denied_path() {
     let env = Env::new();
     env.config(json!({
         "permission": {"edit": {"*": "allow", "secret/*": "deny"}},
@@ -224,7 +225,7 @@ fn a_rewrite_is_checked_again_so_it_cannot_reach_a_denied_path() {
     // A denial stops the loop (the default): the model is not asked again,
     // and the ledger holds what it would have been shown.
     assert_eq!(env.requests().len(), 1);
-    match state(&env, &run, "w1") {
+    match state(&env, &run, "w1").await {
         ToolState::Error { input, error, .. } => {
             // The error part keeps the rewritten arguments, as a completed
             // part does (issue 10): the record says what was refused.
@@ -239,7 +240,7 @@ fn a_rewrite_is_checked_again_so_it_cannot_reach_a_denied_path() {
     assert!(!env.project().join("secret/x.txt").exists());
     assert!(!env.project().join("open/x.txt").exists());
     assert_eq!(
-        audit(&env, &run, "w1"),
+        audit(&env, &run, "w1").await,
         [
             row("permission", "write", "allowed", "ok"),
             row("before", "hook:to-secret", "ran", "rewrite"),
@@ -247,7 +248,7 @@ fn a_rewrite_is_checked_again_so_it_cannot_reach_a_denied_path() {
         ]
     );
 
-    match state(&env, &run, "w2") {
+    match state(&env, &run, "w2").await {
         ToolState::Completed { input, output, .. } => {
             assert_eq!(input["filePath"], "moved/y.txt");
             assert_eq!(output, "Created moved/y.txt (1 byte, 1 line).");
@@ -262,14 +263,14 @@ fn a_rewrite_is_checked_again_so_it_cannot_reach_a_denied_path() {
     for id in ["w1", "w2"] {
         let end = if id == "w1" { "error" } else { "completed" };
         assert_eq!(
-            timeline(&env.ledger(), &run.session(), id),
+            timeline(&env.ledger(), &run.session(), id).await,
             ["pending", "running", end]
         );
     }
 }
 
-#[test]
-fn a_blocking_or_asking_hook_stops_the_call_before_the_tool() {
+#[tokio::test]
+async fn a_blocking_or_asking_hook_stops_the_call_before_the_tool() {
     let env = Env::new();
     env.file("a.txt", "a\n");
     // A denial stops the loop by default; going on lets the model see every result.
@@ -317,7 +318,7 @@ fn a_blocking_or_asking_hook_stops_the_call_before_the_tool() {
         "a\n"
     );
     assert_eq!(
-        audit(&env, &run, "b1"),
+        audit(&env, &run, "b1").await,
         [
             row("permission", "write", "allowed", "ok"),
             row(
@@ -328,7 +329,11 @@ fn a_blocking_or_asking_hook_stops_the_call_before_the_tool() {
             ),
         ]
     );
-    let q1: Vec<String> = audit(&env, &run, "q1").into_iter().map(|r| r.0).collect();
+    let q1: Vec<String> = audit(&env, &run, "q1")
+        .await
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
     assert_eq!(
         q1,
         ["permission", "before", "before", "ask"],

@@ -21,12 +21,12 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    fn of(env: &Env, session: &SessionId) -> Snapshot {
+    async fn of(env: &Env, session: &SessionId) -> Snapshot {
         let ledger = env.ledger();
         Snapshot {
-            messages: ledger.messages(session).unwrap(),
-            timeline: ledger.part_events(session).unwrap(),
-            audit: ledger.audit_trail(session).unwrap(),
+            messages: ledger.messages(session).await.unwrap(),
+            timeline: ledger.part_events(session).await.unwrap(),
+            audit: ledger.audit_trail(session).await.unwrap(),
         }
     }
 
@@ -106,11 +106,12 @@ async fn a_server_paused_past_its_lease_writes_nothing_after_another_took_its_se
         signal(a.pid(), "-STOP");
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         let taken_over = loop {
-            let snap = Snapshot::of(&env, &session);
+            let snap = Snapshot::of(&env, &session).await;
             if snap.messages.last().is_some_and(|m| m.text() == "finished")
                 && env
                     .ledger()
                     .leases()
+                    .await
                     .unwrap()
                     .iter()
                     .all(|(s, _, _)| s != &session)
@@ -152,7 +153,7 @@ async fn a_server_paused_past_its_lease_writes_nothing_after_another_took_its_se
         // its run ends (the session goes idle on A) having written nothing.
         signal(a.pid(), "-CONT");
         until(&mut events, is_idle).await;
-        let after = Snapshot::of(&env, &session);
+        let after = Snapshot::of(&env, &session).await;
         assert_eq!(
             after.counts(),
             taken_over.counts(),

@@ -7,12 +7,12 @@ use serde_json::json;
 use crate::common::*;
 
 /// A ledger with one answered session in it, its log folded into the file.
-fn sound_ledger(env: &Env) -> std::path::PathBuf {
+async fn sound_ledger(env: &Env) -> std::path::PathBuf {
     env.cassette(json!([{"text": "hello"}]));
     let run = env.run_json("hi");
     assert!(run.status.success(), "{}", run.stderr);
     let path = env.data().join("ledger.db");
-    env.ledger().checkpoint().unwrap();
+    env.ledger().checkpoint().await.unwrap();
     path
 }
 
@@ -56,10 +56,10 @@ fn refused(env: &Env, path: &std::path::Path) {
     );
 }
 
-#[test]
-fn a_sound_ledger_checks_out() {
+#[tokio::test]
+async fn a_sound_ledger_checks_out() {
     let env = Env::new();
-    let path = sound_ledger(&env);
+    let path = sound_ledger(&env).await;
     let (code, out) = check(&env, &path);
     assert_eq!(code, 0, "{out}");
     assert_eq!(
@@ -88,10 +88,10 @@ fn a_file_that_is_not_a_ledger_is_named_damaged() {
     assert_eq!(lines[1], "  file is not a database");
 }
 
-#[test]
-fn bytes_overwritten_mid_file_are_found_and_named() {
+#[tokio::test]
+async fn bytes_overwritten_mid_file_are_found_and_named() {
     let env = Env::new();
-    let path = sound_ledger(&env);
+    let path = sound_ledger(&env).await;
     let mut bytes = std::fs::read(&path).unwrap();
     let page = 4096;
     assert!(bytes.len() >= 6 * page, "{} bytes", bytes.len());
@@ -118,10 +118,10 @@ fn bytes_overwritten_mid_file_are_found_and_named() {
     );
 }
 
-#[test]
-fn a_truncated_ledger_is_named_damaged() {
+#[tokio::test]
+async fn a_truncated_ledger_is_named_damaged() {
     let env = Env::new();
-    let path = sound_ledger(&env);
+    let path = sound_ledger(&env).await;
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
     refused(&env, &path);

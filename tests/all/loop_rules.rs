@@ -6,8 +6,8 @@ use warden_protocol::ToolState;
 
 use crate::common::*;
 
-#[test]
-fn a_stop_with_a_tool_call_still_runs_the_tool_and_sends_the_result_back() {
+#[tokio::test]
+async fn a_stop_with_a_tool_call_still_runs_the_tool_and_sends_the_result_back() {
     let env = Env::new();
     env.file("notes.txt", "remember the milk\n");
     env.cassette(json!([
@@ -31,7 +31,7 @@ fn a_stop_with_a_tool_call_still_runs_the_tool_and_sends_the_result_back() {
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].2, "     1\tremember the milk\n");
     // The first step's finish reason is recorded as the provider said it.
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+    let msgs = env.ledger().messages(&run.session()).await.unwrap();
     match &msgs[1].info {
         warden_protocol::MessageInfo::Assistant(a) => {
             assert_eq!(a.finish, Some(warden_protocol::FinishReason::Stop))
@@ -70,8 +70,8 @@ fn the_last_allowed_step_gets_the_max_steps_instruction_and_no_tools() {
     assert!(!reqs[0].to_string().contains("MAXIMUM STEPS REACHED"));
 }
 
-#[test]
-fn a_model_calling_a_tool_on_the_last_step_gets_an_error_not_a_run() {
+#[tokio::test]
+async fn a_model_calling_a_tool_on_the_last_step_gets_an_error_not_a_run() {
     let env = Env::new();
     env.file("a.txt", "a\n");
     env.config(json!({"agent": {"build": {"steps": 1}}}));
@@ -84,7 +84,7 @@ fn a_model_calling_a_tool_on_the_last_step_gets_an_error_not_a_run() {
     let reqs = env.requests();
     assert_eq!(reqs.len(), 1, "the only step was used");
     assert!(offered(&reqs[0]).is_empty());
-    let calls = tool_parts(&env.ledger().messages(&run.session()).unwrap());
+    let calls = tool_parts(&env.ledger().messages(&run.session()).await.unwrap());
     match &calls[0].1 {
         ToolState::Error { error, .. } => {
             assert!(
@@ -108,8 +108,8 @@ fn a_model_calling_a_tool_on_the_last_step_gets_an_error_not_a_run() {
     );
 }
 
-#[test]
-fn three_identical_calls_ask_doom_loop_which_nobody_can_answer_so_the_loop_stops() {
+#[tokio::test]
+async fn three_identical_calls_ask_doom_loop_which_nobody_can_answer_so_the_loop_stops() {
     let env = Env::new();
     env.file("a.txt", "a\n");
     let call = |id: &str| json!({"tool_calls": [{"id": id, "name": "read", "arguments": {"filePath": "a.txt"}}]});
@@ -137,7 +137,7 @@ fn three_identical_calls_ask_doom_loop_which_nobody_can_answer_so_the_loop_stops
 
     let ledger = env.ledger();
     let session = run.session();
-    let calls = tool_parts(&ledger.messages(&session).unwrap());
+    let calls = tool_parts(&ledger.messages(&session).await.unwrap());
     assert_eq!(calls.len(), 3);
     assert!(matches!(calls[0].1, ToolState::Completed { .. }));
     assert!(matches!(calls[1].1, ToolState::Completed { .. }));
@@ -153,11 +153,11 @@ fn three_identical_calls_ask_doom_loop_which_nobody_can_answer_so_the_loop_stops
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        timeline(&ledger, &session, "c3"),
+        timeline(&ledger, &session, "c3").await,
         ["pending", "running", "error"]
     );
     // The third call never reached the guest: the audit trail has no tool run for it.
-    let audit = ledger.audit_trail(&session).unwrap();
+    let audit = ledger.audit_trail(&session).await.unwrap();
     assert!(
         audit
             .iter()
@@ -169,8 +169,8 @@ fn three_identical_calls_ask_doom_loop_which_nobody_can_answer_so_the_loop_stops
         && a.decision == "asked:reject"));
 }
 
-#[test]
-fn an_allowed_doom_loop_keeps_going() {
+#[tokio::test]
+async fn an_allowed_doom_loop_keeps_going() {
     let env = Env::new();
     env.file("a.txt", "a\n");
     env.config(json!({"permission": {"doom_loop": "allow"}}));
@@ -182,8 +182,8 @@ fn an_allowed_doom_loop_keeps_going() {
     assert_eq!(run.finished()["text"], "done");
 }
 
-#[test]
-fn a_long_session_is_compacted_and_completes_from_the_summary() {
+#[tokio::test]
+async fn a_long_session_is_compacted_and_completes_from_the_summary() {
     let env = Env::new();
     env.file("a.txt", "alpha\n");
     let cassette = env.root.path().join("cassette.json");
@@ -217,7 +217,7 @@ fn a_long_session_is_compacted_and_completes_from_the_summary() {
         "old tool output is not sent again"
     );
     // The ledger keeps everything: nothing was deleted to make room.
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+    let msgs = env.ledger().messages(&run.session()).await.unwrap();
     assert_eq!(tool_parts(&msgs).len(), 1);
     assert!(msgs.iter().any(|m| m.text() == "what is in a.txt?"));
 }

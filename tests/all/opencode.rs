@@ -134,8 +134,8 @@ fn lines(out: &Output) -> Vec<Value> {
         .collect()
 }
 
-#[test]
-fn opencode_run_attach_completes_a_session_with_a_tool_call() {
+#[tokio::test]
+async fn opencode_run_attach_completes_a_session_with_a_tool_call() {
     let env = Env::new();
     let cassette = read_then_answer(&env);
     let model = format!("scripted:{}", cassette.display());
@@ -197,6 +197,7 @@ fn opencode_run_attach_completes_a_session_with_a_tool_call() {
     let msgs = env
         .ledger()
         .messages(&warden_protocol::SessionId(session.into()))
+        .await
         .unwrap();
     assert_eq!(msgs.len(), 3, "user, tool step, answer");
     // opencode run sends its message argument quoted (its own server
@@ -374,8 +375,8 @@ impl Drop for Tmux {
     }
 }
 
-#[test]
-fn the_tui_answers_an_ask_shows_the_tool_call_and_answer_and_aborts() {
+#[tokio::test]
+async fn the_tui_answers_an_ask_shows_the_tool_call_and_answer_and_aborts() {
     let env = Env::new();
     let cassette = read_then_answer(&env);
     env.config(json!({"permission": {"read": "ask"}}));
@@ -435,9 +436,9 @@ fn the_tui_answers_an_ask_shows_the_tool_call_and_answer_and_aborts() {
     tmux.wait_for("interrupted");
     // It all went to warden: its ledger has the session, the answer and
     // the aborted one.
-    let sessions = env.ledger().sessions().unwrap();
+    let sessions = env.ledger().sessions().await.unwrap();
     assert_eq!(sessions.len(), 1);
-    let msgs = env.ledger().messages(&sessions[0].id).unwrap();
+    let msgs = env.ledger().messages(&sessions[0].id).await.unwrap();
     let answers: Vec<(String, Option<String>)> = msgs
         .iter()
         .filter_map(|m| match &m.info {

@@ -98,7 +98,7 @@ type Outcome = (String, bool, String);
 /// One scripted turn per call, then a closing answer. What each call ended
 /// as in the ledger and what the model was shown, in call order, and the
 /// session's id.
-fn session(
+async fn session(
     env: &Env,
     calls: &[(&str, &str, Value)],
     vars: &[(&str, Option<&str>)],
@@ -115,7 +115,7 @@ fn session(
     let run = env.run_json_with("use the new plugin", vars);
     assert!(run.status.success(), "{}\n{}", run.stdout, run.stderr);
     let id = run.session();
-    let msgs = env.ledger().messages(&id).unwrap();
+    let msgs = env.ledger().messages(&id).await.unwrap();
     let ended = tool_parts(&msgs)
         .into_iter()
         .map(|(id, state)| match state {
@@ -128,7 +128,7 @@ fn session(
     (ended, shown, id)
 }
 
-fn tool_path(lang: &str) {
+async fn tool_path(lang: &str) {
     let env = Env::new();
     let name = format!("count-{lang}");
     let project = new_project(&env, &name, lang, false);
@@ -150,7 +150,8 @@ fn tool_path(lang: &str) {
             ("c3", &name, json!({"path": "../outside.txt"})),
         ],
         &[("WARDEN_EXAMPLE_LABEL", Some("granted label"))],
-    );
+    )
+    .await;
     let dir = env.project();
     assert_eq!(
         shown,
@@ -175,7 +176,7 @@ fn tool_path(lang: &str) {
 
     // What the guest printed (a traceback, a stack) is kept with the call.
     if lang != "rust" {
-        let trail = env.ledger().audit_trail(&id).unwrap();
+        let trail = env.ledger().audit_trail(&id).await.unwrap();
         let printed = trail
             .iter()
             .find(|a| a.call_id.as_deref() == Some("c2") && a.stage == "stderr")
@@ -197,7 +198,8 @@ fn tool_path(lang: &str) {
             ("d2", &name, json!({"path": "notes.txt"})),
         ],
         &[("WARDEN_EXAMPLE_LABEL", Some("granted label"))],
-    );
+    )
+    .await;
     assert_eq!(
         results[0],
         (
@@ -228,7 +230,7 @@ fn expected_empty_error(lang: &str) -> String {
     }
 }
 
-fn hook_path(lang: &str) {
+async fn hook_path(lang: &str) {
     let env = Env::new();
     let name = format!("guard-{lang}");
     let project = new_project(&env, &name, lang, true);
@@ -242,7 +244,8 @@ fn hook_path(lang: &str) {
             ("h2", "read", json!({"filePath": "keys.secret"})),
         ],
         &[],
-    );
+    )
+    .await;
     assert_eq!(
         results,
         [
@@ -257,24 +260,24 @@ fn hook_path(lang: &str) {
         ]
     );
     // The tool ran with the arguments the hook rewrote.
-    let run_input = |env: &Env| {
+    let run_input = async |env: &Env| {
         let ledger = env.ledger();
-        let sessions = ledger.sessions().unwrap();
-        let msgs = ledger.messages(&sessions[0].id).unwrap();
+        let sessions = ledger.sessions().await.unwrap();
+        let msgs = ledger.messages(&sessions[0].id).await.unwrap();
         match tool_parts(&msgs).into_iter().next() {
             Some((_, ToolState::Completed { input, .. })) => input,
             other => panic!("h1 should have completed: {other:?}"),
         }
     };
-    assert_eq!(run_input(&env), json!({"filePath": "notes.txt"}));
+    assert_eq!(run_input(&env).await, json!({"filePath": "notes.txt"}));
 
-    crashing_hook(&env, &project, &name, lang);
+    crashing_hook(&env, &project, &name, lang).await;
 }
 
 /// The hook's author adds a bug: on `boom.txt` it raises (Python), throws
 /// (JS) or panics (Rust). The call fails closed, the model sees the hook's
 /// own words, the tool never runs, and what the guest printed is kept.
-fn crashing_hook(env: &Env, project: &Path, name: &str, lang: &str) {
+async fn crashing_hook(env: &Env, project: &Path, name: &str, lang: &str) {
     let (file, anchor, bug) = match lang {
         "python" => (
             "app.py",
@@ -311,7 +314,8 @@ fn crashing_hook(env: &Env, project: &Path, name: &str, lang: &str) {
             ("b2", "read", json!({"filePath": "notes.txt"})),
         ],
         &[],
-    );
+    )
+    .await;
     let said = match lang {
         "python" => "RuntimeError: the guard tripped on boom.txt",
         "js" => "Error: the guard tripped on boom.txt",
@@ -331,7 +335,7 @@ fn crashing_hook(env: &Env, project: &Path, name: &str, lang: &str) {
     assert_eq!(results[1], ("b2".into(), false, "     1\talpha\n".into()));
 
     // The whole story (a traceback, a stack, a panic's location) is kept.
-    let trail = env.ledger().audit_trail(&id).unwrap();
+    let trail = env.ledger().audit_trail(&id).await.unwrap();
     let printed = trail
         .iter()
         .find(|a| a.call_id.as_deref() == Some("b1") && a.stage == "stderr")
@@ -350,34 +354,34 @@ fn crashing_hook(env: &Env, project: &Path, name: &str, lang: &str) {
     );
 }
 
-#[test]
-fn a_rust_tool_from_an_empty_folder() {
-    tool_path("rust");
+#[tokio::test]
+async fn a_rust_tool_from_an_empty_folder() {
+    tool_path("rust").await;
 }
 
-#[test]
-fn a_python_tool_from_an_empty_folder() {
-    tool_path("python");
+#[tokio::test]
+async fn a_python_tool_from_an_empty_folder() {
+    tool_path("python").await;
 }
 
-#[test]
-fn a_js_tool_from_an_empty_folder() {
-    tool_path("js");
+#[tokio::test]
+async fn a_js_tool_from_an_empty_folder() {
+    tool_path("js").await;
 }
 
-#[test]
-fn a_rust_hook_from_an_empty_folder() {
-    hook_path("rust");
+#[tokio::test]
+async fn a_rust_hook_from_an_empty_folder() {
+    hook_path("rust").await;
 }
 
-#[test]
-fn a_python_hook_from_an_empty_folder() {
-    hook_path("python");
+#[tokio::test]
+async fn a_python_hook_from_an_empty_folder() {
+    hook_path("python").await;
 }
 
-#[test]
-fn a_js_hook_from_an_empty_folder() {
-    hook_path("js");
+#[tokio::test]
+async fn a_js_hook_from_an_empty_folder() {
+    hook_path("js").await;
 }
 
 /// The SDK vendors the contract so it builds from anywhere; it must be the contract.

@@ -80,8 +80,8 @@ fn texts(m: &MessageWithParts) -> Vec<String> {
 }
 
 /// The tool step is in the ledger exactly once, completed.
-fn assert_tool_step_once(env: &Env, run: &Run) {
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+async fn assert_tool_step_once(env: &Env, run: &Run) {
+    let msgs = env.ledger().messages(&run.session()).await.unwrap();
     let calls = tool_parts(&msgs);
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert_eq!(calls[0].0, "call_1");
@@ -90,13 +90,13 @@ fn assert_tool_step_once(env: &Env, run: &Run) {
         "{calls:?}"
     );
     assert_eq!(
-        timeline(&env.ledger(), &run.session(), "call_1"),
+        timeline(&env.ledger(), &run.session(), "call_1").await,
         ["pending", "running", "completed"]
     );
 }
 
-#[test]
-fn a_429_waits_as_long_as_retry_after_says_then_succeeds() {
+#[tokio::test]
+async fn a_429_waits_as_long_as_retry_after_says_then_succeeds() {
     let server = MockProvider::start(vec![
         Reply::json(
             429,
@@ -118,7 +118,7 @@ fn a_429_waits_as_long_as_retry_after_says_then_succeeds() {
     );
     // The wait came from retry-after (1 s), not the 10 ms backoff: the next
     // attempt was scheduled at least a second after the step began.
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+    let msgs = env.ledger().messages(&run.session()).await.unwrap();
     let created = match &assistants(&msgs)[0].info {
         MessageInfo::Assistant(a) => a.time.created,
         MessageInfo::User(_) => unreachable!(),
@@ -134,8 +134,8 @@ fn a_429_waits_as_long_as_retry_after_says_then_succeeds() {
     assert_eq!(reqs[0].body, reqs[1].body, "the retry asks the same thing");
 }
 
-#[test]
-fn a_retry_after_longer_than_the_policy_allows_is_not_waited_for() {
+#[tokio::test]
+async fn a_retry_after_longer_than_the_policy_allows_is_not_waited_for() {
     let server = MockProvider::start(vec![Reply::json(
         429,
         json!({"error": {"message": "slow down"}}),
@@ -151,7 +151,7 @@ fn a_retry_after_longer_than_the_policy_allows_is_not_waited_for() {
     assert!(retries(&run).is_empty());
     assert_eq!(server.received().len(), 1);
     assert_eq!(run.finished()["error"], "openai: slow down");
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+    let msgs = env.ledger().messages(&run.session()).await.unwrap();
     assert_eq!(
         error_of(assistants(&msgs)[0]),
         Some(MessageError::Provider {
@@ -161,8 +161,8 @@ fn a_retry_after_longer_than_the_policy_allows_is_not_waited_for() {
     );
 }
 
-#[test]
-fn two_503s_then_success_after_a_tool_step_keeps_the_tool_step_once() {
+#[tokio::test]
+async fn two_503s_then_success_after_a_tool_step_keeps_the_tool_step_once() {
     let server = MockProvider::start(vec![
         read_call(),
         Reply::json(
@@ -196,8 +196,8 @@ fn two_503s_then_success_after_a_tool_step_keeps_the_tool_step_once() {
     assert_eq!(reqs.len(), 4);
     assert_eq!(reqs[1].body, reqs[2].body);
     assert_eq!(reqs[2].body, reqs[3].body);
-    assert_tool_step_once(&env, &run);
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+    assert_tool_step_once(&env, &run).await;
+    let msgs = env.ledger().messages(&run.session()).await.unwrap();
     let roles: Vec<&str> = msgs.iter().map(|m| m.info.role()).collect();
     assert_eq!(roles, ["user", "assistant", "assistant"]);
     let last = assistants(&msgs)[1];
@@ -207,8 +207,8 @@ fn two_503s_then_success_after_a_tool_step_keeps_the_tool_step_once() {
     assert_eq!(kinds, ["step-start", "text", "step-finish"]);
 }
 
-#[test]
-fn a_connection_cut_mid_stream_is_retried_and_what_was_written_stays_once() {
+#[tokio::test]
+async fn a_connection_cut_mid_stream_is_retried_and_what_was_written_stays_once() {
     let partial = concat!(
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Your notes \"},\"finish_reason\":null}]}\n\n",
@@ -238,11 +238,11 @@ fn a_connection_cut_mid_stream_is_retried_and_what_was_written_stays_once() {
         reqs[1].body, reqs[2].body,
         "the retry resends the same history"
     );
-    assert_tool_step_once(&env, &run);
+    assert_tool_step_once(&env, &run).await;
     // The cut attempt's text was streamed into the ledger and stays there,
     // closed and marked ignored; the retry's answer follows it, once, and is
     // the only text the user is answered with or the model is shown again.
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+    let msgs = env.ledger().messages(&run.session()).await.unwrap();
     let last = assistants(&msgs)[1];
     assert_eq!(texts(last), ["Your notes ", ANSWER]);
     let ignored: Vec<bool> = last
@@ -264,8 +264,8 @@ fn a_connection_cut_mid_stream_is_retried_and_what_was_written_stays_once() {
     assert_eq!(error_of(last), None);
 }
 
-#[test]
-fn a_malformed_event_fails_the_step_without_retrying() {
+#[tokio::test]
+async fn a_malformed_event_fails_the_step_without_retrying() {
     let body = concat!(
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n",
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":oops}}]}\n\n",
@@ -294,7 +294,7 @@ fn a_malformed_event_fails_the_step_without_retrying() {
         session_errors[0]["error"]["data"]["message"],
         error.as_str()
     );
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+    let msgs = env.ledger().messages(&run.session()).await.unwrap();
     let a = assistants(&msgs)[0];
     assert_eq!(texts(a), ["Hi"], "the text before the bad event is kept");
     assert!(matches!(
@@ -340,8 +340,8 @@ fn a_silent_stream_times_out_and_is_retried() {
     assert_eq!(run.finished()["text"], ANSWER);
 }
 
-#[test]
-fn when_attempts_run_out_the_error_is_recorded_and_nothing_else_changes() {
+#[tokio::test]
+async fn when_attempts_run_out_the_error_is_recorded_and_nothing_else_changes() {
     let unavailable = || Reply::json(503, json!({"error": {"message": "down"}}), &[]);
     let server = MockProvider::start(vec![
         unavailable(),
@@ -360,7 +360,7 @@ fn when_attempts_run_out_the_error_is_recorded_and_nothing_else_changes() {
         "max_attempts is 3, the first included"
     );
     assert_eq!(run.finished()["error"], "openai: down");
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+    let msgs = env.ledger().messages(&run.session()).await.unwrap();
     let roles: Vec<&str> = msgs.iter().map(|m| m.info.role()).collect();
     assert_eq!(roles, ["user", "assistant"]);
     assert_eq!(
@@ -422,8 +422,8 @@ fn an_anthropic_overloaded_event_mid_stream_is_retried() {
     assert_eq!(server.received().len(), 2);
 }
 
-#[test]
-fn a_stream_that_fails_after_a_tool_started_is_not_asked_again() {
+#[tokio::test]
+async fn a_stream_that_fails_after_a_tool_started_is_not_asked_again() {
     // The tool call is complete (its block closed) before the error arrives:
     // asking again could run it twice, so the step ends with it instead.
     let failed = concat!(
@@ -460,7 +460,7 @@ fn a_stream_that_fails_after_a_tool_started_is_not_asked_again() {
     );
     let received = server.received();
     assert_eq!(received.len(), 2, "the next request carries the result");
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+    let msgs = env.ledger().messages(&run.session()).await.unwrap();
     let calls: Vec<_> = msgs
         .iter()
         .flat_map(|m| m.parts.iter())
@@ -470,8 +470,8 @@ fn a_stream_that_fails_after_a_tool_started_is_not_asked_again() {
     assert!(received[1].body.to_string().contains("toolu_1"));
 }
 
-#[test]
-fn a_context_overflow_is_not_retried_but_compacted_and_the_session_completes() {
+#[tokio::test]
+async fn a_context_overflow_is_not_retried_but_compacted_and_the_session_completes() {
     let server = MockProvider::start(vec![
         Reply::json(
             400,
@@ -509,7 +509,7 @@ fn a_context_overflow_is_not_retried_but_compacted_and_the_session_completes() {
         third[2]["content"],
         "SUMMARY: the user asked about their notes."
     );
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+    let msgs = env.ledger().messages(&run.session()).await.unwrap();
     assert!(
         matches!(
             error_of(assistants(&msgs)[0]),
@@ -545,8 +545,8 @@ fn a_refused_key_says_which_variable_to_check() {
     );
 }
 
-#[test]
-fn a_step_whose_call_never_started_is_retried_and_the_cut_call_is_never_shown() {
+#[tokio::test]
+async fn a_step_whose_call_never_started_is_retried_and_the_cut_call_is_never_shown() {
     // The stream breaks while the model is still writing a call's
     // arguments; the retry then gets a 503. The cut call never ran, so the
     // 503 is retried like any other, and the cut call is set aside: no
@@ -601,7 +601,7 @@ fn a_step_whose_call_never_started_is_retried_and_the_cut_call_is_never_shown() 
         reqs[3].body
     );
     // Both calls are on record; the cut one ended interrupted and set aside.
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+    let msgs = env.ledger().messages(&run.session()).await.unwrap();
     let calls: Vec<(String, &str, bool, bool)> = msgs
         .iter()
         .flat_map(|m| m.parts.iter())
@@ -628,7 +628,7 @@ fn a_step_whose_call_never_started_is_retried_and_the_cut_call_is_never_shown() 
         ]
     );
     assert_eq!(
-        timeline(&env.ledger(), &run.session(), "call_cut"),
+        timeline(&env.ledger(), &run.session(), "call_cut").await,
         ["pending", "error"]
     );
     let last = assistants(&msgs)[1];

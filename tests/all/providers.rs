@@ -54,8 +54,8 @@ fn system_prompt(env: &Env) -> String {
 const NOTES: &str = "remember the milk\n";
 const READ_RESULT: &str = "     1\tremember the milk\n";
 
-#[test]
-fn openai_chat_runs_a_tool_and_sends_its_result_back_paired_with_the_call() {
+#[tokio::test]
+async fn openai_chat_runs_a_tool_and_sends_its_result_back_paired_with_the_call() {
     let env = Env::new();
     env.file("notes.txt", NOTES);
     let server = MockProvider::start(vec![
@@ -146,7 +146,7 @@ fn openai_chat_runs_a_tool_and_sends_its_result_back_paired_with_the_call() {
     );
 
     // Tokens and cost of each step, from the stream's usage and the configured prices.
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+    let msgs = env.ledger().messages(&run.session()).await.unwrap();
     let steps: Vec<(u64, u64, f64)> = msgs
         .iter()
         .filter_map(|m| match &m.info {
@@ -157,8 +157,8 @@ fn openai_chat_runs_a_tool_and_sends_its_result_back_paired_with_the_call() {
     assert_eq!(steps, [(50, 10, 70.0 / 1e6), (200, 9, 218.0 / 1e6)]);
 }
 
-#[test]
-fn anthropic_sends_thinking_back_with_its_signature_and_results_as_tool_result_blocks() {
+#[tokio::test]
+async fn anthropic_sends_thinking_back_with_its_signature_and_results_as_tool_result_blocks() {
     let env = Env::new();
     env.file("notes.txt", NOTES);
     let server = MockProvider::start(vec![
@@ -209,7 +209,7 @@ fn anthropic_sends_thinking_back_with_its_signature_and_results_as_tool_result_b
         ])
     );
     // Usage: input and cache reads from message_start, output from message_delta.
-    let msgs = env.ledger().messages(&run.session()).unwrap();
+    let msgs = env.ledger().messages(&run.session()).await.unwrap();
     match &msgs[1].info {
         MessageInfo::Assistant(a) => {
             assert_eq!(
@@ -293,8 +293,8 @@ fn with_no_config_openai_base_url_points_at_a_compatible_server() {
     );
 }
 
-#[test]
-fn a_missing_key_is_an_error_naming_the_variable_and_writes_nothing() {
+#[tokio::test]
+async fn a_missing_key_is_an_error_naming_the_variable_and_writes_nothing() {
     let env = Env::new();
     let out = warden(&env, &["run", "--model", "openai/gpt-4o", "hi"])
         .output()
@@ -313,7 +313,7 @@ fn a_missing_key_is_an_error_naming_the_variable_and_writes_nothing() {
     .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("ANTHROPIC_API_KEY"), "{stderr}");
-    assert!(env.ledger().sessions().unwrap().is_empty());
+    assert!(env.ledger().sessions().await.unwrap().is_empty());
 }
 
 #[test]

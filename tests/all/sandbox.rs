@@ -9,7 +9,7 @@ use crate::common::*;
 
 /// Turn 1 runs `calls` (id, tool, args) at once; turn 2 runs a normal `echo`;
 /// turn 3 answers. Returns the results the model saw after turn 1, by id.
-fn misbehave(env: &Env, calls: &[(&str, &str, Value)]) -> Vec<(String, bool, String)> {
+async fn misbehave(env: &Env, calls: &[(&str, &str, Value)]) -> Vec<(String, bool, String)> {
     let calls: Vec<Value> = calls
         .iter()
         .map(|(id, tool, args)| json!({"id": id, "name": tool, "arguments": args}))
@@ -37,7 +37,7 @@ fn misbehave(env: &Env, calls: &[(&str, &str, Value)]) -> Vec<(String, bool, Str
     let session = run.session();
     for (id, _, _) in &results {
         assert_eq!(
-            timeline(&ledger, &session, id),
+            timeline(&ledger, &session, id).await,
             ["pending", "running", "error"],
             "{id}"
         );
@@ -53,8 +53,8 @@ fn output<'a>(results: &'a [(String, bool, String)], id: &str) -> &'a str {
         .2
 }
 
-#[test]
-fn runaway_guests_are_stopped_and_named() {
+#[tokio::test]
+async fn runaway_guests_are_stopped_and_named() {
     let env = Env::new();
     env.config(json!({"plugins": [Env::fixtures_plugin(json!({"timeout_ms": 1000, "memory_mb": 32, "max_output_kb": 64}))]}));
     let results = misbehave(
@@ -66,7 +66,8 @@ fn runaway_guests_are_stopped_and_named() {
             ("boom", "panic", json!({"message": "the guest gave up"})),
             ("flood", "big", json!({"kb": 65})),
         ],
-    );
+    )
+    .await;
     let g = "plugin fixtures (";
     let lp = output(&results, "loop");
     assert!(
@@ -100,11 +101,11 @@ fn runaway_guests_are_stopped_and_named() {
     );
 }
 
-#[test]
-fn invalid_data_from_a_guest_is_refused() {
+#[tokio::test]
+async fn invalid_data_from_a_guest_is_refused() {
     let env = Env::new();
     env.config(json!({"plugins": [{"name": "raw", "path": raw_fixture_wasm()}, Env::fixtures_plugin(json!({}))]}));
-    let results = misbehave(&env, &[("meta", "bad_meta", json!({}))]);
+    let results = misbehave(&env, &[("meta", "bad_meta", json!({}))]).await;
     assert!(
         output(&results, "meta").contains("plugin raw (")
             && output(&results, "meta")
@@ -112,8 +113,8 @@ fn invalid_data_from_a_guest_is_refused() {
     );
 }
 
-#[test]
-fn files_outside_the_grant_do_not_exist_for_the_guest() {
+#[tokio::test]
+async fn files_outside_the_grant_do_not_exist_for_the_guest() {
     let env = Env::new();
     env.file("inside.txt", "inside\n");
     std::fs::create_dir_all(env.project().join("ro")).unwrap();
@@ -152,7 +153,7 @@ fn files_outside_the_grant_do_not_exist_for_the_guest() {
                 json!({"path": env.root.path().join("planted.txt").display().to_string(), "content": "x"}),
             ),
         ],
-    );
+    ).await;
     for (id, _, out) in &results {
         assert!(!out.contains("top secret"), "{id} leaked: {out}");
         assert!(out.starts_with("Error: cannot "), "{id}: {out}");
@@ -160,8 +161,8 @@ fn files_outside_the_grant_do_not_exist_for_the_guest() {
     assert!(!env.root.path().join("planted.txt").exists());
 }
 
-#[test]
-fn a_read_only_grant_refuses_writes() {
+#[tokio::test]
+async fn a_read_only_grant_refuses_writes() {
     let env = Env::new();
     env.file("keep.txt", "keep\n");
     env.config(
@@ -183,7 +184,8 @@ fn a_read_only_grant_refuses_writes() {
                 json!({"path": fresh, "content": "new"}),
             ),
         ],
-    );
+    )
+    .await;
     assert!(
         output(&results, "overwrite").starts_with("Error: cannot write"),
         "{results:?}"
@@ -325,8 +327,8 @@ fn raw_sockets_do_not_exist_and_http_goes_only_to_granted_hosts() {
     assert!(!tool_results(&reqs[2])[0].1, "the host kept serving");
 }
 
-#[test]
-fn a_denied_call_never_reaches_the_guest() {
+#[tokio::test]
+async fn a_denied_call_never_reaches_the_guest() {
     let env = Env::new();
     let mut plugin = Env::fixtures_plugin(json!({"dirs": [{"path": ".", "mode": "rw"}]}));
     plugin["tools"] = json!({"write_path": {"path_arg": "path"}});
@@ -352,7 +354,7 @@ fn a_denied_call_never_reaches_the_guest() {
     assert_eq!(env.requests().len(), 2, "a denial stops the loop");
     let ledger = env.ledger();
     let session = run.session();
-    let calls = tool_parts(&ledger.messages(&session).unwrap());
+    let calls = tool_parts(&ledger.messages(&session).await.unwrap());
     match &calls[1].1 {
         ToolState::Error { error, .. } => assert!(
             error.contains("denied by the rule `write_path *.mark deny`"),
@@ -360,7 +362,7 @@ fn a_denied_call_never_reaches_the_guest() {
         ),
         other => panic!("{other:?}"),
     }
-    let audit = ledger.audit_trail(&session).unwrap();
+    let audit = ledger.audit_trail(&session).await.unwrap();
     let denied: Vec<(&str, &str)> = audit
         .iter()
         .filter(|a| a.call_id.as_deref() == Some("no"))
@@ -373,8 +375,8 @@ fn a_denied_call_never_reaches_the_guest() {
     );
 }
 
-#[test]
-fn a_guest_can_ask_mid_call_and_the_answer_decides() {
+#[tokio::test]
+async fn a_guest_can_ask_mid_call_and_the_answer_decides() {
     let env = Env::new();
     env.config(json!({
         "plugins": [Env::fixtures_plugin(json!({"dirs": [{"path": ".", "mode": "rw"}]}))],
@@ -402,7 +404,7 @@ fn a_guest_can_ask_mid_call_and_the_answer_decides() {
                 && e["part"]["state"]["status"] == "running"
                 && e["part"]["state"]["metadata"]["stage"] == "asking")
     );
-    let calls = tool_parts(&env.ledger().messages(&run.session()).unwrap());
+    let calls = tool_parts(&env.ledger().messages(&run.session()).await.unwrap());
     match &calls[1].1 {
         ToolState::Error { error, .. } => {
             assert!(
@@ -443,7 +445,7 @@ fn a_guest_can_ask_mid_call_and_the_answer_decides() {
     assert_eq!(asked.len(), 1);
     assert_eq!(asked[0]["permission"], "other_file");
     assert_eq!(asked[0]["tool"]["callID"], "nobody");
-    let calls = tool_parts(&env.ledger().messages(&run.session()).unwrap());
+    let calls = tool_parts(&env.ledger().messages(&run.session()).await.unwrap());
     match &calls[0].1 {
         ToolState::Error { error, .. } => assert!(error.contains("nobody was attached"), "{error}"),
         other => panic!("{other:?}"),

@@ -408,6 +408,7 @@ async fn fifty_concurrent_prompts_on_one_session_are_answered_in_order() {
     let msgs = env
         .ledger()
         .messages(&warden_protocol::SessionId(id))
+        .await
         .unwrap();
     assert_eq!(msgs.len(), 100);
     let mut order = Vec::new();
@@ -467,6 +468,7 @@ async fn two_hundred_sessions_at_once_all_complete() {
     for id in &ids {
         let msgs = ledger
             .messages(&warden_protocol::SessionId(id.clone()))
+            .await
             .unwrap();
         let calls = tool_parts(&msgs);
         assert_eq!(calls.len(), 1);
@@ -700,6 +702,7 @@ async fn bad_requests_get_json_errors_and_change_nothing() {
     assert!(
         env.ledger()
             .messages(&warden_protocol::SessionId(id))
+            .await
             .unwrap()
             .is_empty(),
         "nothing was written"
@@ -975,6 +978,7 @@ async fn two_servers_on_one_ledger_never_run_a_session_at_once_and_one_takes_ove
     assert_eq!(
         env.ledger()
             .messages(&session)
+            .await
             .unwrap()
             .iter()
             .filter(|m| m.info.role() == "user")
@@ -997,7 +1001,7 @@ async fn two_servers_on_one_ledger_never_run_a_session_at_once_and_one_takes_ove
     a.child.wait().unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let msgs = loop {
-        let msgs = env.ledger().messages(&session).unwrap();
+        let msgs = env.ledger().messages(&session).await.unwrap();
         if msgs.last().is_some_and(|m| m.text() == "taken over") {
             break msgs;
         }

@@ -218,7 +218,9 @@ pub async fn measure(work: &Path, n: usize) -> Result<Floors> {
     let bus = Bus::new();
     common::drain_bus(&bus);
     let ledger = Ledger::open(&work.join("floor-ledger.db"), bus)?;
-    let s = ledger.create_session(&project.display().to_string(), "floor")?;
+    let s = ledger
+        .create_session(&project.display().to_string(), "floor")
+        .await?;
     let user = MessageInfo::User(UserInfo {
         id: MessageId(id::ascending("msg")),
         session_id: s.id.clone(),
@@ -229,7 +231,7 @@ pub async fn measure(work: &Path, n: usize) -> Result<Floors> {
             model: "-".into(),
         },
     });
-    ledger.put_message(&user)?;
+    ledger.put_message(&user).await?;
     let mut part = Part {
         id: id::ascending("prt").into(),
         session_id: s.id.clone(),
@@ -245,7 +247,7 @@ pub async fn measure(work: &Path, n: usize) -> Result<Floors> {
     for i in 0..n + warm {
         part.id = id::ascending("prt").into();
         let t = Instant::now();
-        ledger.put_part(&part, PartWrite::Changed)?;
+        ledger.put_part(&part, PartWrite::Changed).await?;
         if i >= warm {
             put_part.push(t.elapsed());
         }

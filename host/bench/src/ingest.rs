@@ -123,7 +123,7 @@ pub async fn measure(work: &Path, deltas: usize) -> Result<Vec<Row>> {
     let host = common::host(work, &config).await?;
     let core = common::core_on(work, "ingest", host, config, models)?;
     let mut rx = core.bus().subscribe();
-    let session = core.create_session(&project, "ingest")?;
+    let session = core.create_session(&project, "ingest").await?;
     let (answer, took) = timed(core.prompt(PromptInput {
         session_id: session.id.clone(),
         text: "go".into(),

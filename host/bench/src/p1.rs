@@ -42,7 +42,7 @@ pub async fn measure(work: &Path, floors: &Floors, n: usize) -> Result<Vec<Row>>
     for s in 0..sessions {
         let cassette = work.join(format!("p1-{s}.json"));
         common::cassette(&cassette, STEPS_PER_SESSION, 1024)?;
-        let session = core.create_session(&project, &format!("p1 {s}"))?;
+        let session = core.create_session(&project, &format!("p1 {s}")).await?;
         let answer = core
             .prompt(PromptInput {
                 session_id: session.id.clone(),
@@ -77,20 +77,20 @@ pub async fn measure(work: &Path, floors: &Floors, n: usize) -> Result<Vec<Row>>
 
     // The guest calls inside it, as the audit trail recorded them (WasmHost
     // timing: fresh instance, grants, limits).
-    let stage = |name: &str| -> Result<f64> {
-        let mut us = Vec::new();
-        for s in core.ledger().sessions()? {
-            for e in core.ledger().audit_trail(&s.id)? {
-                if e.stage == name
-                    && let Some(d) = e.duration_us
-                {
-                    us.push(d as f64);
-                }
-            }
-        }
-        Ok(median(&mut us))
+    let mut trail = Vec::new();
+    for s in core.ledger().sessions().await? {
+        trail.extend(core.ledger().audit_trail(&s.id).await?);
+    }
+    let stage = |name: &str| -> f64 {
+        let mut us: Vec<f64> = trail
+            .iter()
+            .filter(|e| e.stage == name)
+            .filter_map(|e| e.duration_us)
+            .map(|d| d as f64)
+            .collect();
+        median(&mut us)
     };
-    let (g_before, g_tool, g_after) = (stage("before")?, stage("tool")?, stage("after")?);
+    let (g_before, g_tool, g_after) = (stage("before"), stage("tool"), stage("after"));
 
     Ok(vec![
         row(

@@ -31,7 +31,7 @@ pub async fn loop_speed(work: &Path, steps: usize) -> Result<Vec<Row>> {
     let host = common::host(work, &config).await?;
     let core = common::core_on(work, "p2", host, config, Models::new())?;
     common::drain_bus(core.bus());
-    let session = core.create_session(&project, "p2")?;
+    let session = core.create_session(&project, "p2").await?;
     let (answer, took) = timed(core.prompt(PromptInput {
         session_id: session.id.clone(),
         text: "go".into(),
@@ -44,11 +44,12 @@ pub async fn loop_speed(work: &Path, steps: usize) -> Result<Vec<Row>> {
         "the scripted session did not finish"
     );
     let per_step = took.as_secs_f64() * 1e6 / steps as f64;
-    core.ledger().checkpoint()?;
+    core.ledger().checkpoint().await?;
     let db_size = file_size(&work.join("p2.db"));
     let tool_bytes: u64 = core
         .ledger()
-        .messages(&session.id)?
+        .messages(&session.id)
+        .await?
         .iter()
         .flat_map(|m| m.parts.iter())
         .filter_map(|p| match p.tool_state() {
@@ -96,7 +97,7 @@ pub async fn loop_speed(work: &Path, steps: usize) -> Result<Vec<Row>> {
     let host = common::host(work, &config).await?;
     let core = common::core_on(work, "p2http", host, config, models)?;
     common::drain_bus(core.bus());
-    let session = core.create_session(&project, "p2 http")?;
+    let session = core.create_session(&project, "p2 http").await?;
     let (answer, took) = timed(core.prompt(PromptInput {
         session_id: session.id.clone(),
         text: "go".into(),

@@ -85,7 +85,7 @@ impl ToolHost for Timed {
 async fn batch(core: &Core, n: usize, project: &Path, model: &ModelRef) -> Result<Duration> {
     let mut sessions = Vec::new();
     for i in 0..n {
-        sessions.push(core.create_session(project, &format!("s{i}"))?.id);
+        sessions.push(core.create_session(project, &format!("s{i}")).await?.id);
     }
     let (results, took) = timed(futures::future::join_all(sessions.iter().map(|s| {
         let core = core.clone();

@@ -89,7 +89,7 @@ pub async fn audit(args: AuditArgs) -> Result<ExitCode> {
         filter.subjects.push(format!("hook:{name}"));
         filter.hashes = vec![p.hash.clone()];
     }
-    let rows = ledger.audit_query(&filter)?;
+    let rows = ledger.audit_query(&filter).await?;
     if args.format == Format::Json {
         say!("{}", serde_json::to_string_pretty(&json!(rows))?);
         return Ok(ExitCode::SUCCESS);

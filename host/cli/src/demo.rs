@@ -54,7 +54,7 @@ pub async fn demo(common: Common) -> Result<ExitCode> {
     std::fs::write(&cassette, serde_json::to_string_pretty(&turns)?)?;
 
     let app = app::build(&common, &project).await?;
-    let session = app.core.create_session(&project, PROMPT)?;
+    let session = app.core.create_session(&project, PROMPT).await?;
     say!("warden demo: a scripted model in a scratch project, offline");
     say!("project: {}", project.display());
     say!("prompt:  {PROMPT}");

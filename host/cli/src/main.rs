@@ -124,7 +124,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Demo { common } => demo::demo(common).await,
             Command::Session { command, common } => session_cmd::session(command, common).await,
-            Command::Trace(args) => trace::trace(args),
+            Command::Trace(args) => trace::trace(args).await,
             Command::Audit(args) => audit_cmd::audit(args).await,
             Command::Ledger { command, common } => ledger_cmd::ledger(command, common),
             Command::Plugin { command, common } => plugin_cmd::plugin(command, common).await,

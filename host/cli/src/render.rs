@@ -312,6 +312,8 @@ fn terminal_asker(
     permissions: warden_core::permission::Permissions,
 ) -> std::sync::mpsc::Sender<warden_protocol::PermissionRequest> {
     let (tx, rx) = std::sync::mpsc::channel::<warden_protocol::PermissionRequest>();
+    // The answer is recorded through the runtime the session runs on.
+    let runtime = tokio::runtime::Handle::try_current().ok();
     // A plain thread, not the runtime's blocking pool: one waiting on a line
     // that never comes must not hold up the process's exit.
     std::thread::spawn(move || {
@@ -332,7 +334,11 @@ fn terminal_asker(
             *HELD.lock().unwrap_or_else(|p| p.into_inner()) = Some(String::new());
             let stdin = std::io::stdin();
             let reply = ask_terminal(&question, &mut stdin.lock(), &mut std::io::stderr());
-            let _ = permissions.reply(&request.id, reply);
+            let answer = permissions.reply(&request.id, reply);
+            let _ = match &runtime {
+                Some(rt) => rt.block_on(answer),
+                None => futures::executor::block_on(answer),
+            };
             let held = HELD.lock().unwrap_or_else(|p| p.into_inner()).take();
             if let Some(held) = held {
                 let mut out = std::io::stdout().lock();

@@ -87,25 +87,25 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let app = app::build(&args.common, &dir).await?;
     let existing = args.session.as_ref().map(|id| SessionId(id.clone()));
     if let Some(id) = &existing {
-        app.core.ledger().session(id)?;
+        app.core.ledger().session(id).await?;
     }
     if prompt.trim().is_empty() {
         anyhow::bail!("the prompt is empty");
     }
     // Check the model before creating a session, so a bad one writes nothing.
-    let model = match app.core.choose_model(
-        model.as_ref(),
-        args.agent.as_deref(),
-        existing.as_ref(),
-    ) {
+    let model = match app
+        .core
+        .choose_model(model.as_ref(), args.agent.as_deref(), existing.as_ref())
+        .await
+    {
         Err(warden_core::CoreError::NoModel) => anyhow::bail!(
             "no model chosen: pass --model provider/model (or scripted:PATH), or set \"model\" in the config"
         ),
         other => other?,
     };
     let session = match existing {
-        Some(id) => app.core.ledger().session(&id)?,
-        None => app.core.create_session(&dir, &prompt)?,
+        Some(id) => app.core.ledger().session(&id).await?,
+        None => app.core.create_session(&dir, &prompt).await?,
     };
     if args.format == Format::Text {
         // On standard error, so the answer alone goes down a pipe.

@@ -81,6 +81,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
     if let Some(m) = &model {
         app.core
             .choose_model(Some(m), None, None)
+            .await
             .with_context(|| format!("--model {m}"))?;
     }
     let config_path = app::config(&args.common, &dir)?.1;
@@ -120,7 +121,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            match core.orphaned() {
+            match core.orphaned().await {
                 Ok(sessions) => {
                     for s in sessions {
                         let core = core.clone();

@@ -42,7 +42,7 @@ pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode
     match command {
         SessionCommand::List { format } => {
             let ledger = app::ledger(&data_dir)?;
-            let sessions = ledger.sessions()?;
+            let sessions = ledger.sessions().await?;
             if format == Format::Json {
                 say!("{}", serde_json::to_string_pretty(&sessions)?);
             } else if sessions.is_empty() {
@@ -64,8 +64,8 @@ pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode
         SessionCommand::Show { id, format } => {
             let ledger = app::ledger(&data_dir)?;
             let id = SessionId(id);
-            let info = ledger.session(&id)?;
-            let messages = ledger.messages(&id)?;
+            let info = ledger.session(&id).await?;
+            let messages = ledger.messages(&id).await?;
             if format == Format::Json {
                 say!(
                     "{}",
@@ -83,10 +83,10 @@ pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode
             let ledger = app::ledger(&data_dir)?;
             let id = SessionId(id);
             let export = json!({
-                "session": ledger.session(&id)?,
-                "messages": ledger.messages(&id)?,
-                "part_events": ledger.part_events(&id)?,
-                "audit": ledger.audit_trail(&id)?,
+                "session": ledger.session(&id).await?,
+                "messages": ledger.messages(&id).await?,
+                "part_events": ledger.part_events(&id).await?,
+                "audit": ledger.audit_trail(&id).await?,
             });
             say!("{}", serde_json::to_string_pretty(&export)?);
             Ok(ExitCode::SUCCESS)
@@ -94,7 +94,7 @@ pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode
         SessionCommand::Resume { id, format } => {
             let ledger = app::ledger(&data_dir)?;
             let id = SessionId(id);
-            let info = ledger.session(&id)?;
+            let info = ledger.session(&id).await?;
             drop(ledger);
             let app = app::build(&common, std::path::Path::new(&info.directory)).await?;
             let core = app.core.clone();

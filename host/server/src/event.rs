@@ -58,9 +58,9 @@ pub async fn events(
     let session = q.session.map(SessionId);
     if let Some(id) = &session {
         // Like every other route: an unknown session is a 404, not a silent stream.
-        state.core.ledger().session(id)?;
+        state.core.ledger().session(id).await?;
     }
-    Ok(stream(state, session, Wrap::Bare))
+    Ok(stream(state, session, Wrap::Bare).await)
 }
 
 /// Every event of every session, each wrapped with its session's directory.
@@ -69,7 +69,7 @@ pub async fn events(
 pub async fn global_events(
     State(state): State<AppState>,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    stream(state, None, Wrap::Global)
+    stream(state, None, Wrap::Global).await
 }
 
 struct Watch {
@@ -85,21 +85,32 @@ struct Watch {
 }
 
 impl Watch {
-    fn directory(&mut self, session: &SessionId) -> Option<String> {
+    async fn directory(&mut self, session: &SessionId) -> Option<String> {
         if let Some(d) = self.dirs.get(session) {
             return Some(d.clone());
         }
-        let d = self.state.core.ledger().session(session).ok()?.directory;
+        let d = self
+            .state
+            .core
+            .ledger()
+            .session(session)
+            .await
+            .ok()?
+            .directory;
         self.dirs.insert(session.clone(), d.clone());
         Some(d)
     }
 
-    fn message(&mut self, envelope: Envelope, session: Option<&SessionId>) -> SseEvent {
+    async fn message(&mut self, envelope: Envelope, session: Option<&SessionId>) -> SseEvent {
         let data = match self.wrap {
             Wrap::Bare => serde_json::to_value(&envelope).unwrap_or(Value::Null),
             Wrap::Global => {
                 let mut v = json!({"payload": envelope});
-                if let Some(d) = session.and_then(|s| self.directory(s)) {
+                let directory = match session {
+                    Some(s) => self.directory(s).await,
+                    None => None,
+                };
+                if let Some(d) = directory {
                     v["directory"] = json!(d);
                 }
                 v
@@ -109,7 +120,7 @@ impl Watch {
     }
 }
 
-fn stream(
+async fn stream(
     state: AppState,
     filter: Option<SessionId>,
     wrap: Wrap,
@@ -134,10 +145,12 @@ fn stream(
         dirs: HashMap::new(),
         queued: Default::default(),
     };
-    let hello = watch.message(
-        Envelope::new(next_event_id(), "server.connected", json!({})),
-        None,
-    );
+    let hello = watch
+        .message(
+            Envelope::new(next_event_id(), "server.connected", json!({})),
+            None,
+        )
+        .await;
     watch.queued.push_back(hello);
     let events = futures::stream::unfold(watch, |mut w| async move {
         loop {
@@ -150,7 +163,9 @@ fn stream(
                     if w.filter.as_ref().is_some_and(|s| &session != s) {
                         continue;
                     }
-                    let m = w.message(event.envelope(next_event_id()), Some(&session));
+                    let m = w
+                        .message(event.envelope(next_event_id()), Some(&session))
+                        .await;
                     w.queued.push_back(m);
                     if let Event::SessionStatus {
                         status: SessionStatus::Idle,
@@ -162,7 +177,7 @@ fn stream(
                             "session.idle",
                             json!({"sessionID": session}),
                         );
-                        let m = w.message(idle, Some(&session));
+                        let m = w.message(idle, Some(&session)).await;
                         w.queued.push_back(m);
                     }
                 }
@@ -172,7 +187,7 @@ fn stream(
                         properties["sessionID"] = json!(s);
                     }
                     let lagged = Envelope::new(next_event_id(), "server.lagged", properties);
-                    let m = w.message(lagged, None);
+                    let m = w.message(lagged, None).await;
                     w.queued.push_back(m);
                 }
                 Err(RecvError::Closed) => return None,

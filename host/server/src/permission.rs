@@ -42,11 +42,16 @@ pub struct ReplyBody {
     pub message: Option<String>,
 }
 
-fn answer(state: &AppState, id: &str, reply: PermissionReply) -> Result<Json<bool>, ApiError> {
+async fn answer(
+    state: &AppState,
+    id: &str,
+    reply: PermissionReply,
+) -> Result<Json<bool>, ApiError> {
     state
         .core
         .permissions()
         .reply(id, reply)
+        .await
         .map_err(ApiError::not_found)?;
     Ok(Json(true))
 }
@@ -59,7 +64,7 @@ pub async fn reply(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<ReplyBody>,
 ) -> Result<Json<bool>, ApiError> {
-    answer(&state, &id, body.reply)
+    answer(&state, &id, body.reply).await
 }
 
 /// OpenCode's older answer shape.
@@ -90,5 +95,5 @@ pub async fn reply_in_session(
             "no pending permission request {id} in session {session}"
         )));
     }
-    answer(&state, &id, body.response)
+    answer(&state, &id, body.response).await
 }

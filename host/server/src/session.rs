@@ -49,7 +49,7 @@ pub async fn list(
     State(state): State<AppState>,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<Vec<SessionView>>, ApiError> {
-    let mut sessions = state.core.ledger().sessions()?;
+    let mut sessions = state.core.ledger().sessions().await?;
     sessions.sort_by_key(|s| std::cmp::Reverse(s.time.updated));
     let search = q.search.map(|s| s.to_lowercase());
     let out = sessions
@@ -177,12 +177,13 @@ pub async fn create(
         None => root,
     };
     let title = body.title.unwrap_or_else(|| "New session".into());
-    let mut session = state.core.create_session(&dir, &title)?;
+    let mut session = state.core.create_session(&dir, &title).await?;
     if !body.permission.is_empty() {
         session = state
             .core
             .ledger()
-            .set_session_permission(&session.id, &body.permission)?;
+            .set_session_permission(&session.id, &body.permission)
+            .await?;
     }
     Ok(Json(view(&state, session)))
 }
@@ -194,7 +195,7 @@ pub async fn statuses(
     State(state): State<AppState>,
 ) -> Result<Json<BTreeMap<String, SessionStatus>>, ApiError> {
     let mut out = BTreeMap::new();
-    for s in state.core.ledger().sessions()? {
+    for s in state.core.ledger().sessions().await? {
         let status = state.core.status(&s.id);
         if status != SessionStatus::Idle {
             out.insert(s.id.0, status);
@@ -209,7 +210,7 @@ pub async fn get(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<SessionView>, ApiError> {
-    let session = state.core.ledger().session(&SessionId(id))?;
+    let session = state.core.ledger().session(&SessionId(id)).await?;
     Ok(Json(view(&state, session)))
 }
 
@@ -220,7 +221,7 @@ pub async fn delete(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<bool>, ApiError> {
-    state.core.delete_session(&SessionId(id))?;
+    state.core.delete_session(&SessionId(id)).await?;
     Ok(Json(true))
 }
 
@@ -241,8 +242,8 @@ pub async fn messages(
     ApiQuery(q): ApiQuery<MessagesQuery>,
 ) -> Result<Json<Vec<MessageWithParts>>, ApiError> {
     let id = SessionId(id);
-    state.core.ledger().session(&id)?;
-    let mut all = state.core.ledger().messages(&id)?;
+    state.core.ledger().session(&id).await?;
+    let mut all = state.core.ledger().messages(&id).await?;
     if let Some(n) = q.limit {
         let skip = all.len().saturating_sub(n);
         all.drain(..skip);
@@ -292,12 +293,12 @@ fn check_model(state: &AppState, model: &ModelRef) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn prompt_input(
+async fn prompt_input(
     state: &AppState,
     id: SessionId,
     body: PromptBody,
 ) -> Result<PromptInput, ApiError> {
-    state.core.ledger().session(&id)?;
+    state.core.ledger().session(&id).await?;
     let mut texts = Vec::new();
     for (i, p) in body.parts.iter().enumerate() {
         match (p.kind.as_str(), &p.text) {
@@ -330,7 +331,8 @@ fn prompt_input(
     // Check the model now, so a bad one is a 400 and not a failed run.
     let model = state
         .core
-        .choose_model(model.as_ref(), body.agent.as_deref(), Some(&id))?;
+        .choose_model(model.as_ref(), body.agent.as_deref(), Some(&id))
+        .await?;
     Ok(PromptInput {
         session_id: id,
         text,
@@ -353,7 +355,7 @@ pub async fn prompt(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<PromptBody>,
 ) -> Result<Json<MessageWithParts>, ApiError> {
-    let input = prompt_input(&state, SessionId(id), body)?;
+    let input = prompt_input(&state, SessionId(id), body).await?;
     let answer = state.core.prompt(input).await?;
     delivered(&state).await;
     Ok(Json(answer))
@@ -380,7 +382,7 @@ pub async fn prompt_async(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<PromptBody>,
 ) -> Result<StatusCode, ApiError> {
-    let input = prompt_input(&state, SessionId(id), body)?;
+    let input = prompt_input(&state, SessionId(id), body).await?;
     let core = state.core.clone();
     tokio::spawn(async move {
         if let Err(e) = core.prompt(input).await {
@@ -400,7 +402,7 @@ pub async fn abort(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<bool>, ApiError> {
     let id = SessionId(id);
-    state.core.ledger().session(&id)?;
+    state.core.ledger().session(&id).await?;
     Ok(Json(state.core.cancel(&id)))
 }
 
@@ -411,7 +413,7 @@ pub async fn todo(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Vec<Value>>, ApiError> {
-    state.core.ledger().session(&SessionId(id))?;
+    state.core.ledger().session(&SessionId(id)).await?;
     Ok(Json(Vec::new()))
 }
 
@@ -422,7 +424,7 @@ pub async fn diff(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Vec<Value>>, ApiError> {
-    state.core.ledger().session(&SessionId(id))?;
+    state.core.ledger().session(&SessionId(id)).await?;
     Ok(Json(Vec::new()))
 }
 
@@ -433,6 +435,6 @@ pub async fn children(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Vec<SessionView>>, ApiError> {
-    state.core.ledger().session(&SessionId(id))?;
+    state.core.ledger().session(&SessionId(id)).await?;
     Ok(Json(Vec::new()))
 }

@@ -8,8 +8,8 @@ fn disk(env: &Env, rel: &str) -> Vec<u8> {
     std::fs::read(env.project().join(rel)).unwrap()
 }
 
-#[test]
-fn edit_replaces_a_unique_string_and_says_where() {
+#[tokio::test]
+async fn edit_replaces_a_unique_string_and_says_where() {
     let env = Env::new();
     env.file("a.rs", "fn one() {}\nfn two() {}\nfn three() {}\n");
     let (run, results) = run_calls(
@@ -28,18 +28,18 @@ fn edit_replaces_a_unique_string_and_says_where() {
         disk(&env, "a.rs"),
         b"fn one() {}\nfn two() { 2 }\nfn three() {}\n"
     );
-    let (title, metadata) = completed(&env, &run, "e1");
+    let (title, metadata) = completed(&env, &run, "e1").await;
     assert_eq!(title, "a.rs");
     assert_eq!(
         metadata,
         json!({"path": "a.rs", "created": false, "replacements": 1, "lines": [2],
                "bytesBefore": 38, "bytesAfter": 41, "lineEnding": "lf"})
     );
-    assert_ends(&env, &run, &results);
+    assert_ends(&env, &run, &results).await;
 }
 
-#[test]
-fn edit_refuses_what_is_missing_ambiguous_or_unchanged_and_leaves_the_file() {
+#[tokio::test]
+async fn edit_refuses_what_is_missing_ambiguous_or_unchanged_and_leaves_the_file() {
     let env = Env::new();
     env.file("b.txt", "x = 1\nx = 1\ny\nx = 1\n");
     env.file("c.py", "def f():\n    return 1\n");
@@ -161,11 +161,11 @@ fn edit_refuses_what_is_missing_ambiguous_or_unchanged_and_leaves_the_file() {
     assert_eq!(disk(&env, "c.py"), b"def f():\n    return 1\n");
     assert_eq!(std::fs::read_to_string(secret).unwrap(), "top secret\n");
     assert!(!env.project().join("nope.rs").exists());
-    assert_ends(&env, &run, &results);
+    assert_ends(&env, &run, &results).await;
 }
 
-#[test]
-fn edit_replace_all_keeps_line_endings_and_creates_with_an_empty_old_string() {
+#[tokio::test]
+async fn edit_replace_all_keeps_line_endings_and_creates_with_an_empty_old_string() {
     let env = Env::new();
     env.file("b.txt", "x = 1\nx = 1\ny\nx = 1\n");
     env.file("crlf.txt", "one\r\ntwo\r\nthree\r\n");
@@ -205,7 +205,7 @@ fn edit_replace_all_keeps_line_endings_and_creates_with_an_empty_old_string() {
         "Edited crlf.txt: replaced 1 occurrence (line 1)."
     );
     assert_eq!(disk(&env, "crlf.txt"), b"1\r\n2\r\n2.5\r\nthree\r\n");
-    assert_eq!(completed(&env, &run, "crlf").1["lineEnding"], "crlf");
+    assert_eq!(completed(&env, &run, "crlf").await.1["lineEnding"], "crlf");
     assert_eq!(ok(&results, "create"), "Created new/file.txt (6 bytes).");
     assert_eq!(disk(&env, "new/file.txt"), b"hello\n");
     assert_eq!(
@@ -213,7 +213,7 @@ fn edit_replace_all_keeps_line_endings_and_creates_with_an_empty_old_string() {
         "Edited blank.txt: replaced 1 occurrence (line 1)."
     );
     assert_eq!(disk(&env, "blank.txt"), b"filled");
-    let (_, metadata) = completed(&env, &run, "all");
+    let (_, metadata) = completed(&env, &run, "all").await;
     assert_eq!(metadata["replacements"], 3);
     assert_eq!(metadata["lines"], json!([1, 2, 4]));
 }

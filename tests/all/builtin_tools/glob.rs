@@ -14,8 +14,8 @@ fn aged(env: &Env, rel: &str, age: u64) {
         .unwrap();
 }
 
-#[test]
-fn glob_matches_names_anywhere_and_paths_from_the_root_newest_first() {
+#[tokio::test]
+async fn glob_matches_names_anywhere_and_paths_from_the_root_newest_first() {
     let env = Env::new();
     aged(&env, "src/a.rs", 30);
     aged(&env, "src/deep/b.rs", 10);
@@ -50,18 +50,18 @@ fn glob_matches_names_anywhere_and_paths_from_the_root_newest_first() {
     assert_eq!(ok(&results, "alts"), format!("web/x.ts\nweb/y.tsx\n{note}"));
     assert_eq!(ok(&results, "heavy"), "node_modules/pkg/index.rs\n");
     assert_eq!(ok(&results, "none"), "No files match \"*.go\" in web.\n");
-    let (title, metadata) = completed(&env, &run, "names");
+    let (title, metadata) = completed(&env, &run, "names").await;
     assert_eq!(title, "*.rs in .");
     assert_eq!(
         metadata,
         json!({"pattern": "*.rs", "path": ".", "count": 5, "shown": 5, "truncated": false,
                "skipped": ["node_modules"]})
     );
-    assert_ends(&env, &run, &results);
+    assert_ends(&env, &run, &results).await;
 }
 
-#[test]
-fn glob_caps_long_lists_and_refuses_bad_globs_and_paths() {
+#[tokio::test]
+async fn glob_caps_long_lists_and_refuses_bad_globs_and_paths() {
     let env = Env::new();
     for n in 0..150 {
         aged(&env, &format!("many/f{n:03}.txt"), 1000 - n);
@@ -117,7 +117,7 @@ fn glob_caps_long_lists_and_refuses_bad_globs_and_paths() {
         "{links}"
     );
     assert!(secret.exists());
-    let (_, metadata) = completed(&env, &run, "many");
+    let (_, metadata) = completed(&env, &run, "many").await;
     assert_eq!(
         (metadata["count"].clone(), metadata["shown"].clone()),
         (json!(150), json!(100))

@@ -13,8 +13,8 @@ fn sources(env: &Env) {
     env.file("crlf.txt", "fn crlf\r\n");
 }
 
-#[test]
-fn grep_reports_path_line_text_in_directory_order() {
+#[tokio::test]
+async fn grep_reports_path_line_text_in_directory_order() {
     let env = Env::new();
     sources(&env);
     let (run, results) = run_calls(
@@ -66,18 +66,18 @@ fn grep_reports_path_line_text_in_directory_order() {
         ok(&results, "none"),
         format!("No matches for \"zzz\" in the working directory.\n{skipped}")
     );
-    let (title, metadata) = completed(&env, &run, "fns");
+    let (title, metadata) = completed(&env, &run, "fns").await;
     assert_eq!(title, "fn \\w+ in .");
     assert_eq!(
         metadata,
         json!({"pattern": "fn \\w+", "path": ".", "include": null, "matches": 3, "files": 3,
                "shown": 3, "truncated": false, "binarySkipped": 1, "skipped": ["node_modules"]})
     );
-    assert_ends(&env, &run, &results);
+    assert_ends(&env, &run, &results).await;
 }
 
-#[test]
-fn grep_caps_matches_and_bytes_and_cuts_long_lines() {
+#[tokio::test]
+async fn grep_caps_matches_and_bytes_and_cuts_long_lines() {
     let env = Env::new();
     let many: String = (1..=300).map(|n| format!("match {n}\n")).collect();
     env.file("many.txt", &many);
@@ -131,14 +131,14 @@ fn grep_caps_matches_and_bytes_and_cuts_long_lines() {
             "a".repeat(500)
         )
     );
-    let (_, metadata) = completed(&env, &run, "many");
+    let (_, metadata) = completed(&env, &run, "many").await;
     assert_eq!(metadata["matches"], 300);
     assert_eq!(metadata["shown"], 100);
     assert_eq!(metadata["truncated"], true);
 }
 
-#[test]
-fn grep_refuses_bad_patterns_binary_files_and_outside_paths() {
+#[tokio::test]
+async fn grep_refuses_bad_patterns_binary_files_and_outside_paths() {
     let env = Env::new();
     sources(&env);
     let secret = outside_secret(&env);
@@ -202,5 +202,5 @@ fn grep_refuses_bad_patterns_binary_files_and_outside_paths() {
         );
     }
     assert!(secret.exists());
-    assert_ends(&env, &run, &results);
+    assert_ends(&env, &run, &results).await;
 }

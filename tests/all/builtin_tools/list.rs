@@ -15,8 +15,8 @@ fn tree(env: &Env) {
     std::fs::create_dir_all(env.project().join("emptydir")).unwrap();
 }
 
-#[test]
-fn list_shows_a_sorted_tree_folders_first_without_entering_heavy_folders() {
+#[tokio::test]
+async fn list_shows_a_sorted_tree_folders_first_without_entering_heavy_folders() {
     let env = Env::new();
     tree(&env);
     let (run, results) = run_calls(
@@ -45,18 +45,18 @@ fn list_shows_a_sorted_tree_folders_first_without_entering_heavy_folders() {
         "./\n  .git/ (not entered)\n  emptydir/\n  node_modules/ (not entered)\n  a.txt\n"
     );
     assert_eq!(ok(&results, "empty"), "emptydir/\n(emptydir is empty)\n");
-    let (title, metadata) = completed(&env, &run, "root");
+    let (title, metadata) = completed(&env, &run, "root").await;
     assert_eq!(title, ".");
     assert_eq!(
         metadata,
         json!({"path": ".", "entries": 10, "more": 0, "truncated": false,
                "skipped": [".git", "node_modules"]})
     );
-    assert_ends(&env, &run, &results);
+    assert_ends(&env, &run, &results).await;
 }
 
-#[test]
-fn list_caps_a_big_tree_keeping_its_top_and_says_where_the_rest_is() {
+#[tokio::test]
+async fn list_caps_a_big_tree_keeping_its_top_and_says_where_the_rest_is() {
     let env = Env::new();
     env.file("top.txt", "t\n");
     for n in 0..300 {
@@ -77,14 +77,14 @@ fn list_caps_a_big_tree_keeping_its_top_and_says_where_the_rest_is() {
         "\n(showing 200 entries; 102 more are in the folders marked \"…\". List a folder by its \
          path, or pass ignore patterns, to see the rest)\n"
     ));
-    let (_, metadata) = completed(&env, &run, "big");
+    let (_, metadata) = completed(&env, &run, "big").await;
     assert_eq!(metadata["entries"], 200);
     assert_eq!(metadata["more"], 102);
     assert_eq!(metadata["truncated"], true);
 }
 
-#[test]
-fn list_refuses_files_missing_and_outside_paths_and_bad_globs() {
+#[tokio::test]
+async fn list_refuses_files_missing_and_outside_paths_and_bad_globs() {
     let env = Env::new();
     tree(&env);
     outside_secret(&env);
@@ -124,5 +124,5 @@ fn list_refuses_files_missing_and_outside_paths_and_bad_globs() {
     for (_, _, out) in &results {
         assert!(!out.contains("secret.txt"), "{out}");
     }
-    assert_ends(&env, &run, &results);
+    assert_ends(&env, &run, &results).await;
 }

@@ -4,8 +4,8 @@ use serde_json::json;
 
 use super::*;
 
-#[test]
-fn write_creates_files_and_folders_then_overwrites() {
+#[tokio::test]
+async fn write_creates_files_and_folders_then_overwrites() {
     let env = Env::new();
     let abs = env.project().join("top.txt").display().to_string();
     let (run, results) = run_turns(
@@ -49,22 +49,23 @@ fn write_creates_files_and_folders_then_overwrites() {
     assert_eq!(read("top.txt"), "x");
     assert_eq!(read("empty.txt"), "");
 
-    let (title, metadata) = completed(&env, &run, "w1");
+    let (title, metadata) = completed(&env, &run, "w1").await;
     assert_eq!(title, "notes/a/b.txt");
     assert_eq!(
         metadata,
         json!({"path": "notes/a/b.txt", "created": true, "bytes": 8, "lines": 2,
                "previousBytes": null, "createdDirs": true})
     );
-    let (_, metadata) = completed(&env, &run, "w2");
+    let (_, metadata) = completed(&env, &run, "w2").await;
     assert_eq!(metadata["created"], false);
     assert_eq!(metadata["previousBytes"], 8);
-    assert_ends(&env, &run, &results);
+    assert_ends(&env, &run, &results).await;
 
     // The boundary checked `edit` (write's permission) on the file's path, then ran the guest.
     let audit: Vec<(String, String, String, Option<String>)> = env
         .ledger()
         .audit_trail(&run.session())
+        .await
         .unwrap()
         .into_iter()
         .filter(|a| a.call_id.as_deref() == Some("w1"))
@@ -89,8 +90,8 @@ fn write_creates_files_and_folders_then_overwrites() {
     );
 }
 
-#[test]
-fn write_refuses_paths_outside_the_working_directory_and_says_what_to_do() {
+#[tokio::test]
+async fn write_refuses_paths_outside_the_working_directory_and_says_what_to_do() {
     let env = Env::new();
     env.file("src/main.rs", "fn main() {}\n");
     env.file("a.txt", "a\n");
@@ -175,11 +176,11 @@ fn write_refuses_paths_outside_the_working_directory_and_says_what_to_do() {
         std::fs::read_to_string(env.project().join("a.txt")).unwrap(),
         "a\n"
     );
-    assert_ends(&env, &run, &results);
+    assert_ends(&env, &run, &results).await;
 }
 
-#[test]
-fn write_and_edit_are_ruled_by_the_edit_permission_on_the_path() {
+#[tokio::test]
+async fn write_and_edit_are_ruled_by_the_edit_permission_on_the_path() {
     let env = Env::new();
     env.file("secret/keep.txt", "keep\n");
     // A denial stops the loop by default; going on lets the model see every result.
@@ -218,7 +219,7 @@ fn write_and_edit_are_ruled_by_the_edit_permission_on_the_path() {
         "keep\n"
     );
     // The denied calls never reached a guest.
-    let audit = env.ledger().audit_trail(&run.session()).unwrap();
+    let audit = env.ledger().audit_trail(&run.session()).await.unwrap();
     for id in ["w", "e"] {
         let stages: Vec<&str> = audit
             .iter()

@@ -5,8 +5,8 @@ use serde_json::json;
 
 use super::*;
 
-#[test]
-fn a_trapping_hook_fails_the_call_naming_the_hook_and_the_next_call_runs() {
+#[tokio::test]
+async fn a_trapping_hook_fails_the_call_naming_the_hook_and_the_next_call_runs() {
     let env = Env::new();
     env.config(json!({"plugins": [
         Env::fixtures_plugin(json!({})),
@@ -81,8 +81,9 @@ fn a_trapping_hook_fails_the_call_naming_the_hook_and_the_next_call_runs() {
         "{t4}"
     );
 
-    let stages = |call: &str| -> Vec<(String, String)> {
+    let stages = async |call: &str| -> Vec<(String, String)> {
         audit(&env, &run, call)
+            .await
             .into_iter()
             .map(|r| (r.0, r.1))
             .collect()
@@ -90,7 +91,7 @@ fn a_trapping_hook_fails_the_call_naming_the_hook_and_the_next_call_runs() {
     let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
     // What the crashing guest printed (its panic) is kept with the call.
     assert_eq!(
-        stages("t1"),
+        stages("t1").await,
         [
             pair("permission", "echo"),
             pair("stderr", "plugin:crashy"),
@@ -98,13 +99,13 @@ fn a_trapping_hook_fails_the_call_naming_the_hook_and_the_next_call_runs() {
         ],
         "the tool never ran"
     );
-    let crashed = audit(&env, &run, "t1").pop().unwrap().3;
+    let crashed = audit(&env, &run, "t1").await.pop().unwrap().3;
     assert!(
         crashed.contains("crashed") && crashed.contains("crashy"),
         "{crashed}"
     );
     assert_eq!(
-        stages("t3"),
+        stages("t3").await,
         [
             pair("permission", "echo"),
             pair("before", "hook:crashy"),
@@ -123,7 +124,7 @@ fn a_trapping_hook_fails_the_call_naming_the_hook_and_the_next_call_runs() {
         ("t4", "error"),
     ] {
         assert_eq!(
-            timeline(&env.ledger(), &run.session(), id),
+            timeline(&env.ledger(), &run.session(), id).await,
             ["pending", "running", end],
             "{id}"
         );
@@ -131,8 +132,8 @@ fn a_trapping_hook_fails_the_call_naming_the_hook_and_the_next_call_runs() {
     assert_eq!(run.finished()["text"], "done");
 }
 
-#[test]
-fn a_fail_open_hook_that_traps_lets_the_call_through_and_the_audit_keeps_the_crash() {
+#[tokio::test]
+async fn a_fail_open_hook_that_traps_lets_the_call_through_and_the_audit_keeps_the_crash() {
     let env = Env::new();
     let mut lenient = fixture_hook("lenient", "FIXTURE_HOOK_L");
     lenient["fail_open"] = json!(true);
@@ -144,7 +145,7 @@ fn a_fail_open_hook_that_traps_lets_the_call_through_and_the_audit_keeps_the_cra
         result(&results, "c1"),
         &("c1".into(), false, "{\"n\":1}".into())
     );
-    let trail = audit(&env, &run, "c1");
+    let trail = audit(&env, &run, "c1").await;
     let stages: Vec<&str> = trail.iter().map(|r| r.0.as_str()).collect();
     assert_eq!(
         stages,
@@ -163,7 +164,7 @@ fn a_fail_open_hook_that_traps_lets_the_call_through_and_the_audit_keeps_the_cra
         assert!(r.3.contains("fixture hook lenient trapped"), "{r:?}");
     }
     assert_eq!(
-        timeline(&env.ledger(), &run.session(), "c1"),
+        timeline(&env.ledger(), &run.session(), "c1").await,
         ["pending", "running", "completed"]
     );
 }

@@ -14,8 +14,8 @@ b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n\
 -----END OPENSSH PRIVATE KEY-----\n\
 name = demo\n";
 
-#[test]
-fn redact_replaces_secrets_in_what_the_model_and_the_ledger_see() {
+#[tokio::test]
+async fn redact_replaces_secrets_in_what_the_model_and_the_ledger_see() {
     let env = Env::new();
     env.file("config.txt", SECRETS);
     env.file("clean.txt", "nothing to hide\n");
@@ -51,7 +51,7 @@ fn redact_replaces_secrets_in_what_the_model_and_the_ledger_see() {
     assert_eq!(result(&results, "c1").2, "     1\tnothing to hide\n");
 
     // The ledger holds the redacted output, and the metadata says what went.
-    match state(&env, &run, "r1") {
+    match state(&env, &run, "r1").await {
         ToolState::Completed {
             output, metadata, ..
         } => {
@@ -85,11 +85,11 @@ fn redact_replaces_secrets_in_what_the_model_and_the_ledger_see() {
     }
     // Nothing to redact: the output is kept as it was.
     assert_eq!(
-        audit(&env, &run, "c1").last().unwrap(),
+        audit(&env, &run, "c1").await.last().unwrap(),
         &row("after", "hook:redact", "ran", "keep")
     );
     assert_eq!(
-        audit(&env, &run, "r1").last().unwrap(),
+        audit(&env, &run, "r1").await.last().unwrap(),
         &row("after", "hook:redact", "ran", "rewrite")
     );
     // The file itself is untouched.

@@ -25,8 +25,8 @@ fn everything_config(permission: Value) -> Value {
     })
 }
 
-#[test]
-fn an_mcp_tool_is_asked_about_first_and_refused_with_nobody_to_ask() {
+#[tokio::test]
+async fn an_mcp_tool_is_asked_about_first_and_refused_with_nobody_to_ask() {
     let env = Env::new();
     env.config(everything_config(json!({})));
     env.cassette(json!([
@@ -39,7 +39,7 @@ fn an_mcp_tool_is_asked_about_first_and_refused_with_nobody_to_ask() {
     assert!(offered(&requests[0]).contains(&"everything_echo".to_string()));
     let ledger = env.ledger();
     let session = run.session();
-    let parts = tool_parts(&ledger.messages(&session).unwrap());
+    let parts = tool_parts(&ledger.messages(&session).await.unwrap());
     assert_eq!(parts.len(), 1);
     let ToolState::Error { error, .. } = &parts[0].1 else {
         panic!("expected an error, got {:?}", parts[0].1)
@@ -50,7 +50,7 @@ fn an_mcp_tool_is_asked_about_first_and_refused_with_nobody_to_ask() {
     );
     // The ask was the only thing that happened: no tool row, the server was never called.
     assert_eq!(
-        audit_rows(&ledger.audit_trail(&session).unwrap()),
+        audit_rows(&ledger.audit_trail(&session).await.unwrap()),
         vec![row(
             "call_1",
             "ask",
@@ -61,8 +61,8 @@ fn an_mcp_tool_is_asked_about_first_and_refused_with_nobody_to_ask() {
     );
 }
 
-#[test]
-fn an_allowed_mcp_tool_runs_with_only_the_named_environment() {
+#[tokio::test]
+async fn an_allowed_mcp_tool_runs_with_only_the_named_environment() {
     let env = Env::new();
     env.config(everything_config(
         json!({"everything_echo": "allow", "everything_get-env": "allow"}),
@@ -85,7 +85,7 @@ fn an_allowed_mcp_tool_runs_with_only_the_named_environment() {
 
     let ledger = env.ledger();
     let session = run.session();
-    let mut rows = audit_rows(&ledger.audit_trail(&session).unwrap());
+    let mut rows = audit_rows(&ledger.audit_trail(&session).await.unwrap());
     rows.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(
         rows,
@@ -102,7 +102,7 @@ fn an_allowed_mcp_tool_runs_with_only_the_named_environment() {
             row("call_2", "tool", "everything_get-env", "ran", "ok"),
         ]
     );
-    let trail = ledger.audit_trail(&session).unwrap();
+    let trail = ledger.audit_trail(&session).await.unwrap();
     let tool_row = trail.iter().find(|a| a.stage == "tool").unwrap();
     assert!(
         tool_row

@@ -119,8 +119,8 @@ fn opencode(bin: &Path, home: &Path, cwd: &Path, config: &Path) -> Command {
     c
 }
 
-#[test]
-fn opencode_calls_a_warden_plugin_over_mcp_and_warden_rules_hold() {
+#[tokio::test]
+async fn opencode_calls_a_warden_plugin_over_mcp_and_warden_rules_hold() {
     // The same pinned install as the tests of OpenCode's own clients.
     let bin = crate::opencode::opencode_bin();
     let env = Env::new();
@@ -204,7 +204,7 @@ fn opencode_calls_a_warden_plugin_over_mcp_and_warden_rules_hold() {
     // notes.txt, the denied path never reached it, and every call's audit
     // starts with the caller.
     let ledger = env.ledger();
-    let sessions = ledger.sessions().unwrap();
+    let sessions = ledger.sessions().await.unwrap();
     assert_eq!(sessions.len(), 1, "{sessions:?}");
     assert!(
         sessions[0].title.starts_with("mcp: opencode"),
@@ -212,7 +212,7 @@ fn opencode_calls_a_warden_plugin_over_mcp_and_warden_rules_hold() {
         sessions[0].title
     );
     let caller = format!("mcp:{}", sessions[0].title.trim_start_matches("mcp: "));
-    let mut rows = audit_rows(&ledger.audit_trail(&sessions[0].id).unwrap());
+    let mut rows = audit_rows(&ledger.audit_trail(&sessions[0].id).await.unwrap());
     rows.sort_by(|a, b| a.0.cmp(&b.0));
     // OpenCode may run the two calls in either order; each call's rows keep theirs.
     let by_call = |path_ok: bool| {

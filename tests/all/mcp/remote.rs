@@ -9,8 +9,8 @@ use super::{audit_rows, row};
 use crate::common::*;
 use crate::server::Server;
 
-#[test]
-fn a_remote_mcp_server_is_a_tool_behind_both_wardens_rules() {
+#[tokio::test]
+async fn a_remote_mcp_server_is_a_tool_behind_both_wardens_rules() {
     let serving = Env::new();
     serving.file("notes.txt", "notes on the serving side\n");
     serving.file("secret.env", "TOKEN=1\n");
@@ -53,7 +53,7 @@ fn a_remote_mcp_server_is_a_tool_behind_both_wardens_rules() {
         )
     );
     let ledger = serving.ledger();
-    let sessions = ledger.sessions().unwrap();
+    let sessions = ledger.sessions().await.unwrap();
     assert_eq!(sessions.len(), 1);
     assert!(
         sessions[0].title.starts_with("mcp: "),
@@ -61,7 +61,7 @@ fn a_remote_mcp_server_is_a_tool_behind_both_wardens_rules() {
         sessions[0].title
     );
     let caller = format!("mcp:{}", sessions[0].title.trim_start_matches("mcp: "));
-    let mut rows = audit_rows(&ledger.audit_trail(&sessions[0].id).unwrap());
+    let mut rows = audit_rows(&ledger.audit_trail(&sessions[0].id).await.unwrap());
     rows.sort_by(|a, b| a.0.cmp(&b.0));
     let mut first: Vec<_> = rows.iter().filter(|r| r.0 == "mcp_1").cloned().collect();
     let mut second: Vec<_> = rows.iter().filter(|r| r.0 == "mcp_2").cloned().collect();

@@ -10,8 +10,8 @@ use super::{audit_rows, deps, row};
 use crate::common::*;
 use crate::server::Server;
 
-#[test]
-fn the_python_sdk_calls_a_warden_plugin_over_streamable_http() {
+#[tokio::test]
+async fn the_python_sdk_calls_a_warden_plugin_over_streamable_http() {
     let python = deps::python("mcp", "2.3.0");
     let env = Env::new();
     env.file("notes.txt", "hello from warden\n");
@@ -53,12 +53,12 @@ fn the_python_sdk_calls_a_warden_plugin_over_streamable_http() {
     );
 
     let ledger = env.ledger();
-    let sessions = ledger.sessions().unwrap();
+    let sessions = ledger.sessions().await.unwrap();
     assert_eq!(sessions.len(), 1);
     assert_eq!(sessions[0].title, "mcp: python-sdk-client 0.3.0");
     let caller = "mcp:python-sdk-client 0.3.0";
     assert_eq!(
-        audit_rows(&ledger.audit_trail(&sessions[0].id).unwrap()),
+        audit_rows(&ledger.audit_trail(&sessions[0].id).await.unwrap()),
         vec![
             row("mcp_1", "caller", caller, "called", "read"),
             row("mcp_1", "permission", "read", "allowed", "ok"),

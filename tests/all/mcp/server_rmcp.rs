@@ -144,10 +144,10 @@ async fn a_warden_plugin_over_mcp_keeps_warden_rules() {
     client.cancel().await.unwrap();
 
     let ledger = env.ledger();
-    let sessions = ledger.sessions().unwrap();
+    let sessions = ledger.sessions().await.unwrap();
     assert_eq!(sessions.len(), 1);
     assert_eq!(sessions[0].title, "mcp: rmcp-test-client 1.0.0");
-    let trail = ledger.audit_trail(&sessions[0].id).unwrap();
+    let trail = ledger.audit_trail(&sessions[0].id).await.unwrap();
     let rows = audit_rows(&trail);
     let caller = "mcp:rmcp-test-client 1.0.0";
     assert_eq!(
@@ -193,11 +193,11 @@ async fn an_ask_becomes_an_elicitation_for_a_client_that_answers() {
     client.cancel().await.unwrap();
 
     let ledger = env.ledger();
-    let sessions = ledger.sessions().unwrap();
+    let sessions = ledger.sessions().await.unwrap();
     assert_eq!(sessions[0].title, "mcp: answering-client 2.0.0");
     let caller = "mcp:answering-client 2.0.0";
     assert_eq!(
-        audit_rows(&ledger.audit_trail(&sessions[0].id).unwrap()),
+        audit_rows(&ledger.audit_trail(&sessions[0].id).await.unwrap()),
         vec![
             row("mcp_1", "caller", caller, "called", "read"),
             row("mcp_1", "ask", "read", "asked:once", "ok"),

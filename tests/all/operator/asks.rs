@@ -69,6 +69,7 @@ async fn an_ask_nobody_answers_is_refused_at_its_deadline_and_the_model_is_told_
     let parts = tool_parts(
         &env.ledger()
             .messages(&warden_protocol::SessionId(id.clone()))
+            .await
             .unwrap(),
     );
     assert_eq!(parts.len(), 1);

@@ -31,8 +31,8 @@ fn row(stage: &str, subject: &str, decision: &str) -> (String, String, String) {
     (stage.into(), subject.into(), decision.into())
 }
 
-#[test]
-fn the_audit_is_queried_across_sessions_by_plugin_decision_and_time() {
+#[tokio::test]
+async fn the_audit_is_queried_across_sessions_by_plugin_decision_and_time() {
     let env = Env::new();
     env.file("a.txt", "alpha\n");
     env.file("b.env", "SECRET=1\n");

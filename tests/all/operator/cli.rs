@@ -15,8 +15,8 @@ fn cassette(env: &Env) -> String {
         .to_string()
 }
 
-#[test]
-fn run_prints_the_session_id_and_pipes_only_the_answer() {
+#[tokio::test]
+async fn run_prints_the_session_id_and_pipes_only_the_answer() {
     let env = Env::new();
     let model = format!("scripted:{}", cassette(&env));
     let out = env
@@ -30,7 +30,7 @@ fn run_prints_the_session_id_and_pipes_only_the_answer() {
         stdout, "hello\n",
         "the answer alone, no spinner, down a pipe"
     );
-    let sessions = env.ledger().sessions().unwrap();
+    let sessions = env.ledger().sessions().await.unwrap();
     assert_eq!(sessions.len(), 1);
     assert_eq!(
         stderr,

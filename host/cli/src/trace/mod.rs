@@ -44,16 +44,16 @@ pub struct TraceArgs {
     pub common: Common,
 }
 
-pub fn trace(args: TraceArgs) -> Result<ExitCode> {
+pub async fn trace(args: TraceArgs) -> Result<ExitCode> {
     let ledger = app::ledger(&app::data_dir(&args.common)?)?;
     let id = SessionId(args.id.clone());
-    let session = ledger.session(&id)?;
+    let session = ledger.session(&id).await?;
     let t = timeline::build(
         session.id.as_str(),
         &session.directory,
-        &ledger.part_events(&id)?,
-        &ledger.phases(&id)?,
-        &ledger.audit_trail(&id)?,
+        &ledger.part_events(&id).await?,
+        &ledger.phases(&id).await?,
+        &ledger.audit_trail(&id).await?,
     );
     let out = match args.format {
         TraceFormat::Json => serde_json::to_string_pretty(&t)? + "\n",

@@ -30,19 +30,22 @@ impl Rules {
 
     /// The agent's rules followed by the session's as they are now (the
     /// last match wins).
-    pub fn current(&self, ledger: &Ledger) -> Result<Vec<Rule>, String> {
-        let session = ledger.session(&self.session).map_err(|e| e.to_string())?;
+    pub async fn current(&self, ledger: &Ledger) -> Result<Vec<Rule>, String> {
+        let session = ledger
+            .session(&self.session)
+            .await
+            .map_err(|e| e.to_string())?;
         Ok([self.agent.as_slice(), session.permission.as_slice()].concat())
     }
 
     /// [`permission::evaluate_all`] over [`Rules::current`].
-    pub fn evaluate(
+    pub async fn evaluate(
         &self,
         ledger: &Ledger,
         permission: &str,
         patterns: &[String],
     ) -> Result<Evaluation, String> {
-        let rules = self.current(ledger)?;
+        let rules = self.current(ledger).await?;
         Ok(permission::evaluate_all(permission, patterns, &[&rules]))
     }
 }

@@ -204,7 +204,7 @@ pub(crate) async fn run_stage(
 async fn may_run(call: &Call<'_>, hook: &HookDef, stage: HookStage) -> Verdict {
     let (env, req) = (call.env, call.req);
     let permission = format!("hook.{}", stage.name());
-    let rules = match req.rules.current(&env.ledger) {
+    let rules = match req.rules.current(&env.ledger).await {
         Ok(rules) => rules,
         Err(e) => {
             tracing::warn!("the session's rules could not be read for a hook: {e}");

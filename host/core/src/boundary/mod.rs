@@ -101,7 +101,7 @@ pub enum CallOutcome {
 /// ends without a call table, such as the MCP server).
 pub async fn run(env: &CallEnv, req: CallRequest) -> CallOutcome {
     let (outcome, trail) = run_audited(env, req).await;
-    if let Err(e) = env.ledger.audit_all(&trail) {
+    if let Err(e) = env.ledger.audit_all(&trail).await {
         tracing::warn!(error = %e, "could not write the audit trail");
     }
     outcome
@@ -227,6 +227,7 @@ async fn check_call(call: &Call<'_>, input: &Value) -> Result<(), CallFailure> {
             &tool.permission,
             std::slice::from_ref(&pattern),
         )
+        .await
         .map_err(CallFailure::Rules)?;
     // A tool the operator never mapped to a permission and an argument is
     // invisible to path and URL rules, so a blanket `*` allow must not run

@@ -34,7 +34,7 @@ impl CallObserver for Observer {
             return Ok(());
         };
         let host = url.host.to_string();
-        let rules = self.rules.current(&self.env.ledger)?;
+        let rules = self.rules.current(&self.env.ledger).await?;
         let eval = permission::evaluate(permission, &host, &[&rules]);
         let rule = eval.describe();
         let refused = eval.action == warden_protocol::Action::Deny;
@@ -81,7 +81,8 @@ impl CallObserver for Observer {
         gate::guest_may_ask(&permission)?;
         let eval = self
             .rules
-            .evaluate(&self.env.ledger, &permission, &patterns)?;
+            .evaluate(&self.env.ledger, &permission, &patterns)
+            .await?;
         let subject = format!("guest:{permission}");
         let question = Question {
             permission: permission.clone(),

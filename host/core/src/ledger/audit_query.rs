@@ -59,11 +59,12 @@ impl Ledger {
     /// Audit rows of every session matching `filter`, oldest first. Read
     /// through each session's trail, so it holds whatever way the trail is
     /// stored.
-    pub fn audit_query(&self, filter: &AuditFilter) -> Result<Vec<AuditEntry>> {
+    pub async fn audit_query(&self, filter: &AuditFilter) -> Result<Vec<AuditEntry>> {
         let mut out = Vec::new();
-        for session in self.sessions()? {
+        for session in self.sessions().await? {
             out.extend(
-                self.audit_trail(&session.id)?
+                self.audit_trail(&session.id)
+                    .await?
                     .into_iter()
                     .filter(|e| filter.keeps(e)),
             );
@@ -105,11 +106,11 @@ mod tests {
         }
     }
 
-    #[test]
-    fn filters_combine_across_sessions() {
+    #[tokio::test]
+    async fn filters_combine_across_sessions() {
         let ledger = Ledger::in_memory(Bus::new()).unwrap();
-        let a = ledger.create_session("/w", "a").unwrap().id;
-        let b = ledger.create_session("/w", "b").unwrap().id;
+        let a = ledger.create_session("/w", "a").await.unwrap().id;
+        let b = ledger.create_session("/w", "b").await.unwrap().id;
         ledger
             .audit_all(&[
                 row(&a, 10, "read", None, "allowed"),
@@ -118,21 +119,24 @@ mod tests {
                 row(&b, 40, "write", None, "asked:reject"),
                 row(&a, 50, "hook:guard", Some("h2"), "asked:once"),
             ])
+            .await
             .unwrap();
-        let pick = |f: AuditFilter| {
+        let pick = async |f: AuditFilter| {
             ledger
                 .audit_query(&f)
+                .await
                 .unwrap()
                 .into_iter()
                 .map(|e| (e.at, e.decision))
                 .collect::<Vec<_>>()
         };
-        assert_eq!(pick(AuditFilter::default()).len(), 5);
+        assert_eq!(pick(AuditFilter::default()).await.len(), 5);
         assert_eq!(
             pick(AuditFilter {
                 decision: Some(DecisionClass::Denied),
                 ..Default::default()
-            }),
+            })
+            .await,
             vec![(30, "denied".into()), (40, "asked:reject".into())]
         );
         assert_eq!(
@@ -140,7 +144,8 @@ mod tests {
                 decision: Some(DecisionClass::Allowed),
                 since: Some(20),
                 ..Default::default()
-            }),
+            })
+            .await,
             vec![(50, "asked:once".into())]
         );
         assert_eq!(
@@ -148,7 +153,8 @@ mod tests {
                 subjects: vec!["read".into()],
                 hashes: vec!["h2".into()],
                 ..Default::default()
-            }),
+            })
+            .await,
             vec![
                 (10, "allowed".into()),
                 (20, "ran".into()),
@@ -160,7 +166,8 @@ mod tests {
             pick(AuditFilter {
                 limit: 2,
                 ..Default::default()
-            }),
+            })
+            .await,
             vec![(40, "asked:reject".into()), (50, "asked:once".into())]
         );
     }

@@ -13,12 +13,10 @@
 //! sessions' messages so a round re-reads its history without decoding it.
 //! Event order and cache coherence are written here once, for every backend.
 //!
-//! The `Ledger` methods are synchronous for now: each waits for the store's
-//! future, telling tokio first (`block_in_place`) when it runs on a worker of
-//! a multi-threaded runtime, so the runtime moves its other tasks to another
-//! thread while SQLite works on its own. Making the callers await the store
-//! directly is the next step (a PostgreSQL backend needs it on
-//! single-threaded runtimes).
+//! The `Ledger` methods are async and await the store directly: no thread
+//! blocks on a ledger call, so a backend may be a network client on a
+//! single-threaded runtime. The locks here (fences, held copy) are held only
+//! between awaits, never across one.
 
 pub mod audit_query;
 mod error;
@@ -35,7 +33,6 @@ pub use sqlite::{IntegrityReport, SqliteStore, check_file};
 pub use store::{Fence, LeaseHeld, Store};
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -80,19 +77,6 @@ pub struct Ledger {
     fences: Arc<Mutex<HashMap<SessionId, Fence>>>,
 }
 
-/// Wait for a store's future from synchronous code (see the module doc).
-fn wait<T>(work: impl Future<Output = T>) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current() {
-        Ok(rt) if rt.runtime_flavor() == RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(|| rt.block_on(work))
-        }
-        // No runtime, or a single-threaded one (tests): SQLite's thread
-        // answers without the runtime's help.
-        _ => futures::executor::block_on(work),
-    }
-}
-
 impl Ledger {
     /// Open (creating if needed) the SQLite ledger at `path` and bring its
     /// schema up to date.
@@ -122,8 +106,8 @@ impl Ledger {
 
     /// Make everything committed durable in the main store (SQLite: move
     /// the write-ahead log into the file, e.g. before measuring its size).
-    pub fn checkpoint(&self) -> Result<()> {
-        Ok(wait(self.store.checkpoint())?)
+    pub async fn checkpoint(&self) -> Result<()> {
+        Ok(self.store.checkpoint().await?)
     }
 
     /// Where the ledger lives.
@@ -153,13 +137,13 @@ impl Ledger {
 
     /// Run a write of `session` with its fence; a refused one (the lease was
     /// taken over) drops the held copy, which is no longer this process's.
-    fn write<T>(
+    async fn write<T>(
         &self,
         session: &SessionId,
         work: impl AsyncFnOnce(Option<&Fence>) -> store::Result<T>,
     ) -> Result<T> {
         let fence = self.fence(session);
-        let result = wait(work(fence.as_ref()));
+        let result = work(fence.as_ref()).await;
         if let Err(LedgerError::Fenced { .. }) = &result {
             self.held().remove(session);
         }
@@ -170,11 +154,11 @@ impl Ledger {
     /// took it at: checked before each step and each model request, so a
     /// runner that lost its session starts nothing new. `Ok` for sessions
     /// this process does not hold (nothing to check).
-    pub fn check_fence(&self, session: &SessionId) -> Result<()> {
+    pub async fn check_fence(&self, session: &SessionId) -> Result<()> {
         let Some(fence) = self.fence(session) else {
             return Ok(());
         };
-        let result = wait(self.store.check_fence(session, &fence));
+        let result = self.store.check_fence(session, &fence).await;
         if result.is_err() {
             self.held().remove(session);
         }
@@ -184,7 +168,7 @@ impl Ledger {
     // ---- sessions ----
 
     /// Create a session working in `directory`.
-    pub fn create_session(&self, directory: &str, title: &str) -> Result<SessionInfo> {
+    pub async fn create_session(&self, directory: &str, title: &str) -> Result<SessionInfo> {
         let now = now_ms();
         let info = SessionInfo::new(
             SessionId(id::ascending(SessionId::PREFIX)),
@@ -196,7 +180,7 @@ impl Ledger {
                 updated: now,
             },
         );
-        wait(self.store.create_session(&info))?;
+        self.store.create_session(&info).await?;
         self.bus.publish(Event::SessionCreated {
             session: info.clone(),
         });
@@ -204,24 +188,32 @@ impl Ledger {
     }
 
     /// A session, or `SessionNotFound`.
-    pub fn session(&self, id: &SessionId) -> Result<SessionInfo> {
-        wait(self.store.session(id))?.ok_or_else(|| CoreError::SessionNotFound(id.clone()))
+    pub async fn session(&self, id: &SessionId) -> Result<SessionInfo> {
+        self.store
+            .session(id)
+            .await?
+            .ok_or_else(|| CoreError::SessionNotFound(id.clone()))
     }
 
     /// Every session, newest first.
-    pub fn sessions(&self) -> Result<Vec<SessionInfo>> {
-        Ok(wait(self.store.sessions())?)
+    pub async fn sessions(&self) -> Result<Vec<SessionInfo>> {
+        Ok(self.store.sessions().await?)
     }
 
     /// Replace the session's own permission rules.
-    pub fn set_session_permission(&self, id: &SessionId, rules: &[Rule]) -> Result<SessionInfo> {
+    pub async fn set_session_permission(
+        &self,
+        id: &SessionId,
+        rules: &[Rule],
+    ) -> Result<SessionInfo> {
         let rules = rules.to_vec();
         self.update_session_permission(id, move |current| *current = rules)
+            .await
     }
 
     /// Change the session's own rules in one transaction, so two changes at
     /// once (two prompts' tool switches, two `always` answers) both land.
-    pub fn update_session_permission(
+    pub async fn update_session_permission(
         &self,
         id: &SessionId,
         change: impl FnOnce(&mut Vec<Rule>) + Send + 'static,
@@ -231,7 +223,8 @@ impl Ledger {
                 self.store
                     .update_permission(id, fence, Box::new(change))
                     .await
-            })?
+            })
+            .await?
             .ok_or_else(|| CoreError::SessionNotFound(id.clone()))?;
         self.bus.publish(Event::SessionUpdated {
             session: info.clone(),
@@ -240,9 +233,11 @@ impl Ledger {
     }
 
     /// Delete a session and everything recorded about it.
-    pub fn delete_session(&self, id: &SessionId) -> Result<()> {
+    pub async fn delete_session(&self, id: &SessionId) -> Result<()> {
         self.held().remove(id);
-        let deleted = self.write(id, async |fence| self.store.delete_session(id, fence).await)?;
+        let deleted = self
+            .write(id, async |fence| self.store.delete_session(id, fence).await)
+            .await?;
         self.fences().remove(id);
         if !deleted {
             return Err(CoreError::SessionNotFound(id.clone()));
@@ -251,8 +246,11 @@ impl Ledger {
     }
 
     /// Mark the session as just used.
-    pub fn touch_session(&self, id: &SessionId) -> Result<()> {
-        if !self.write(id, async |fence| self.store.touch_session(id, fence).await)? {
+    pub async fn touch_session(&self, id: &SessionId) -> Result<()> {
+        if !self
+            .write(id, async |fence| self.store.touch_session(id, fence).await)
+            .await?
+        {
             return Err(CoreError::SessionNotFound(id.clone()));
         }
         Ok(())
@@ -261,11 +259,14 @@ impl Ledger {
     // ---- messages and parts ----
 
     /// Insert or update a message header.
-    pub fn put_message(&self, info: &MessageInfo) -> Result<()> {
+    pub async fn put_message(&self, info: &MessageInfo) -> Result<()> {
         let session = info.session_id();
-        if !self.write(session, async |fence| {
-            self.store.put_message(info, fence).await
-        })? {
+        if !self
+            .write(session, async |fence| {
+                self.store.put_message(info, fence).await
+            })
+            .await?
+        {
             return Err(CoreError::SessionNotFound(session.clone()));
         }
         if let Some(held) = self.held().get_mut(session) {
@@ -286,24 +287,25 @@ impl Ledger {
     }
 
     /// Insert or update a part; see [`PartWrite`] for what is recorded.
-    pub fn put_part(&self, part: &Part, write: PartWrite<'_>) -> Result<()> {
-        self.put_part_with_audit(part, write, &[])
+    pub async fn put_part(&self, part: &Part, write: PartWrite<'_>) -> Result<()> {
+        self.put_part_with_audit(part, write, &[]).await
     }
 
     /// Record a tool part's new state (its row and a timeline event) and
     /// `audit` in one transaction, then publish the part: a reader never
     /// sees a call that ended without the decisions that ended it, or the
     /// reverse.
-    pub fn transition(&self, part: &Part, audit: &[AuditEntry]) -> Result<()> {
+    pub async fn transition(&self, part: &Part, audit: &[AuditEntry]) -> Result<()> {
         if !matches!(part.body, PartBody::Tool { .. }) {
             return Err(CoreError::Internal(
                 "a state transition was written for a part that is not a tool call".into(),
             ));
         }
         self.put_part_with_audit(part, PartWrite::Changed, audit)
+            .await
     }
 
-    fn put_part_with_audit(
+    async fn put_part_with_audit(
         &self,
         part: &Part,
         write: PartWrite<'_>,
@@ -314,7 +316,8 @@ impl Ledger {
         let timeline = write == PartWrite::Changed && matches!(part.body, PartBody::Tool { .. });
         self.write(&part.session_id, async |fence| {
             self.store.put_part(part, timeline, audit, fence).await
-        })?;
+        })
+        .await?;
         let delta = match write {
             PartWrite::Delta(d) => Some(d.to_string()),
             PartWrite::Changed => None,
@@ -336,53 +339,59 @@ impl Ledger {
     }
 
     /// Every message of a session with its parts, in id order.
-    pub fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
+    pub async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
         if let Some(held) = self.held().get(session) {
             return Ok(held.iter().map(|m| MessageWithParts::clone(m)).collect());
         }
-        self.read_messages(session)
+        self.read_messages(session).await
     }
 
     /// The same messages, shared: cheap to take every round while this
     /// process holds the session's lease (nothing is copied but pointers).
-    pub fn history(&self, session: &SessionId) -> Result<Vec<Arc<MessageWithParts>>> {
+    pub async fn history(&self, session: &SessionId) -> Result<Vec<Arc<MessageWithParts>>> {
         if let Some(held) = self.held().get(session) {
             return Ok(held.clone());
         }
         Ok(self
-            .read_messages(session)?
+            .read_messages(session)
+            .await?
             .into_iter()
             .map(Arc::new)
             .collect())
     }
 
     /// The messages as the store has them, past the held copy.
-    fn read_messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
-        Ok(wait(self.store.messages(session))?)
+    async fn read_messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
+        Ok(self.store.messages(session).await?)
     }
 
     /// One message with its parts.
-    pub fn message(&self, session: &SessionId, id: &MessageId) -> Result<Option<MessageWithParts>> {
+    pub async fn message(
+        &self,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<MessageWithParts>> {
         Ok(self
-            .messages(session)?
+            .messages(session)
+            .await?
             .into_iter()
             .find(|m| m.info.id() == id))
     }
 
     /// The recorded timeline of the session's parts, in order.
-    pub fn part_events(&self, session: &SessionId) -> Result<Vec<PartEvent>> {
-        Ok(wait(self.store.part_events(session))?)
+    pub async fn part_events(&self, session: &SessionId) -> Result<Vec<PartEvent>> {
+        Ok(self.store.part_events(session).await?)
     }
 
     // ---- audit and phases ----
 
     /// Record a decision or guest call.
-    pub fn audit(&self, entry: &AuditEntry) -> Result<()> {
-        self.audit_all(std::slice::from_ref(entry))
+    pub async fn audit(&self, entry: &AuditEntry) -> Result<()> {
+        self.audit_all(std::slice::from_ref(entry)).await
     }
 
     /// Record a call's entries, one row per call, in one transaction.
-    pub fn audit_all(&self, entries: &[AuditEntry]) -> Result<()> {
+    pub async fn audit_all(&self, entries: &[AuditEntry]) -> Result<()> {
         // One transaction per session (in practice there is one).
         let mut rest = entries;
         while let Some(first) = rest.first() {
@@ -394,20 +403,21 @@ impl Ledger {
             let session = &first.session_id;
             self.write(session, async |fence| {
                 self.store.audit(session, these, fence).await
-            })?;
+            })
+            .await?;
             rest = after;
         }
         Ok(())
     }
 
     /// The session's audit trail, entry by entry, in order.
-    pub fn audit_trail(&self, session: &SessionId) -> Result<Vec<AuditEntry>> {
-        Ok(wait(self.store.audit_trail(session))?)
+    pub async fn audit_trail(&self, session: &SessionId) -> Result<Vec<AuditEntry>> {
+        Ok(self.store.audit_trail(session).await?)
     }
 
     /// Record phase marks of a session, `(when, what)`, in one transaction
     /// (fenced: a runner that lost its lease marks nothing).
-    pub fn mark_phases(
+    pub async fn mark_phases(
         &self,
         session: &SessionId,
         message: Option<&MessageId>,
@@ -419,11 +429,12 @@ impl Ledger {
         self.write(session, async |fence| {
             self.store.mark_phases(session, message, marks, fence).await
         })
+        .await
     }
 
     /// A session's phase marks, in order.
-    pub fn phases(&self, session: &SessionId) -> Result<Vec<Phase>> {
-        Ok(wait(self.store.phases(session))?)
+    pub async fn phases(&self, session: &SessionId) -> Result<Vec<Phase>> {
+        Ok(self.store.phases(session).await?)
     }
 
     // ---- leases ----
@@ -435,18 +446,17 @@ impl Ledger {
     /// holder (or anew) starts a new epoch, which fences off every write of
     /// the previous holder from then on. The session's messages are loaded
     /// into the held copy.
-    pub fn acquire_lease(
+    pub async fn acquire_lease(
         &self,
         session: &SessionId,
         holder: &str,
         ttl_ms: i64,
         holder_is_dead: impl Fn(&str) -> bool + Send + Sync + 'static,
     ) -> Result<std::result::Result<Fence, LeaseHeld>> {
-        let taken =
-            wait(
-                self.store
-                    .acquire_lease(session, holder, ttl_ms, Arc::new(holder_is_dead)),
-            )?;
+        let taken = self
+            .store
+            .acquire_lease(session, holder, ttl_ms, Arc::new(holder_is_dead))
+            .await?;
         let fence = match taken {
             Ok(fence) => fence,
             Err(held) => return Ok(Err(held)),
@@ -454,7 +464,8 @@ impl Ledger {
         self.fences().insert(session.clone(), fence.clone());
         if !self.held().contains_key(session) {
             let msgs = self
-                .read_messages(session)?
+                .read_messages(session)
+                .await?
                 .into_iter()
                 .map(Arc::new)
                 .collect();
@@ -465,8 +476,13 @@ impl Ledger {
 
     /// Extend a lease this holder has at this epoch; `false` if it was taken
     /// over meanwhile (its writes are fenced off from then on).
-    pub fn renew_lease(&self, session: &SessionId, fence: &Fence, ttl_ms: i64) -> Result<bool> {
-        let renewed = wait(self.store.renew_lease(session, fence, ttl_ms))?;
+    pub async fn renew_lease(
+        &self,
+        session: &SessionId,
+        fence: &Fence,
+        ttl_ms: i64,
+    ) -> Result<bool> {
+        let renewed = self.store.renew_lease(session, fence, ttl_ms).await?;
         if !renewed {
             // Someone else holds it now and may write: stop trusting the copy.
             self.held().remove(session);
@@ -476,21 +492,28 @@ impl Ledger {
 
     /// Every lease: (session, holder, expiry). A lease outlives its run only
     /// when the run's process died.
-    pub fn leases(&self) -> Result<Vec<(SessionId, String, Millis)>> {
-        Ok(wait(self.store.leases())?)
+    pub async fn leases(&self) -> Result<Vec<(SessionId, String, Millis)>> {
+        Ok(self.store.leases().await?)
     }
 
     /// Give the lease back (only if this holder still has it at this epoch).
     /// Its epoch stays, so the next holder's is higher.
-    pub fn release_lease(&self, session: &SessionId, fence: &Fence) -> Result<()> {
+    pub async fn release_lease(&self, session: &SessionId, fence: &Fence) -> Result<()> {
+        self.forget_lease(session, fence);
+        Ok(self.store.release_lease(session, fence).await?)
+    }
+}
+
+impl Ledger {
+    /// Stop using the lease `fence` names in this process (its held copy and
+    /// its fence), without telling the store: the first half of
+    /// [`Ledger::release_lease`], for a caller that cannot wait for the second.
+    pub fn forget_lease(&self, session: &SessionId, fence: &Fence) {
         self.held().remove(session);
-        {
-            let mut fences = self.fences();
-            if fences.get(session) == Some(fence) {
-                fences.remove(session);
-            }
+        let mut fences = self.fences();
+        if fences.get(session) == Some(fence) {
+            fences.remove(session);
         }
-        Ok(wait(self.store.release_lease(session, fence))?)
     }
 }
 

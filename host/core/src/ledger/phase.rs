@@ -41,10 +41,10 @@ mod tests {
     use crate::bus::Bus;
     use crate::ledger::Ledger;
 
-    #[test]
-    fn marks_come_back_in_order() {
+    #[tokio::test]
+    async fn marks_come_back_in_order() {
         let ledger = Ledger::in_memory(Bus::new()).unwrap();
-        let s = ledger.create_session("/w", "t").unwrap();
+        let s = ledger.create_session("/w", "t").await.unwrap();
         let m = MessageId("msg_1".into());
         let kinds = [
             PhaseKind::ModelRequest { attempt: 1 },
@@ -73,15 +73,22 @@ mod tests {
                     },
                 },
             ))
+            .await
             .unwrap();
         let marks: Vec<(i64, PhaseKind)> = kinds
             .iter()
             .enumerate()
             .map(|(i, k)| (10 * i as i64, k.clone()))
             .collect();
-        ledger.mark_phases(&s.id, Some(&m), &marks[..2]).unwrap();
-        ledger.mark_phases(&s.id, Some(&m), &marks[2..]).unwrap();
-        let got = ledger.phases(&s.id).unwrap();
+        ledger
+            .mark_phases(&s.id, Some(&m), &marks[..2])
+            .await
+            .unwrap();
+        ledger
+            .mark_phases(&s.id, Some(&m), &marks[2..])
+            .await
+            .unwrap();
+        let got = ledger.phases(&s.id).await.unwrap();
         assert!(got.iter().all(|p| p.message_id.as_ref() == Some(&m)));
         assert_eq!(
             got.iter()

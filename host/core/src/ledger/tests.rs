@@ -39,21 +39,21 @@ fn text_part(message: &MessageInfo, text: String) -> Part {
     }
 }
 
-#[test]
-fn messages_come_back_with_their_parts_in_id_order() {
+#[tokio::test]
+async fn messages_come_back_with_their_parts_in_id_order() {
     let l = ledger();
-    let s = l.create_session("/w", "t").unwrap();
+    let s = l.create_session("/w", "t").await.unwrap();
     let mut ids = Vec::new();
     for _ in 0..3 {
         let info = user_message(&s.id);
-        l.put_message(&info).unwrap();
+        l.put_message(&info).await.unwrap();
         for n in 0..2 {
             let part = text_part(&info, format!("{n}"));
-            l.put_part(&part, PartWrite::Changed).unwrap();
+            l.put_part(&part, PartWrite::Changed).await.unwrap();
         }
         ids.push(info.id().clone());
     }
-    let msgs = l.messages(&s.id).unwrap();
+    let msgs = l.messages(&s.id).await.unwrap();
     assert_eq!(
         msgs.iter().map(|m| m.info.id().clone()).collect::<Vec<_>>(),
         ids
@@ -64,12 +64,12 @@ fn messages_come_back_with_their_parts_in_id_order() {
     }
 }
 
-#[test]
-fn only_changes_enter_the_timeline() {
+#[tokio::test]
+async fn only_changes_enter_the_timeline() {
     let l = ledger();
-    let s = l.create_session("/w", "t").unwrap();
+    let s = l.create_session("/w", "t").await.unwrap();
     let info = user_message(&s.id);
-    l.put_message(&info).unwrap();
+    l.put_message(&info).await.unwrap();
     let mut part = Part {
         id: id::ascending("prt").into(),
         session_id: s.id.clone(),
@@ -82,13 +82,13 @@ fn only_changes_enter_the_timeline() {
             ignored: false,
         },
     };
-    l.put_part(&part, PartWrite::Changed).unwrap();
-    l.put_part(&part, PartWrite::Delta("{")).unwrap();
+    l.put_part(&part, PartWrite::Changed).await.unwrap();
+    l.put_part(&part, PartWrite::Delta("{")).await.unwrap();
     if let PartBody::Tool { state, .. } = &mut part.body {
         *state = state.start(serde_json::json!({}), 5).unwrap();
     }
-    l.put_part(&part, PartWrite::Changed).unwrap();
-    let events = l.part_events(&s.id).unwrap();
+    l.put_part(&part, PartWrite::Changed).await.unwrap();
+    let events = l.part_events(&s.id).await.unwrap();
     let statuses: Vec<_> = events
         .iter()
         .map(|e| e.part.tool_state().unwrap().status())
@@ -96,31 +96,39 @@ fn only_changes_enter_the_timeline() {
     assert_eq!(statuses, ["pending", "running"]);
 }
 
-#[test]
-fn a_lease_is_exclusive_until_it_expires_or_its_holder_dies() {
+#[tokio::test]
+async fn a_lease_is_exclusive_until_it_expires_or_its_holder_dies() {
     let l = ledger();
-    let s = l.create_session("/w", "t").unwrap();
+    let s = l.create_session("/w", "t").await.unwrap();
     let a = l
         .acquire_lease(&s.id, "a", 60_000, |_| false)
+        .await
         .unwrap()
         .unwrap();
     let held = l
         .acquire_lease(&s.id, "b", 60_000, |_| false)
+        .await
         .unwrap()
         .unwrap_err();
     assert_eq!(held.holder, "a");
     let b = l
         .acquire_lease(&s.id, "b", 60_000, |h| h == "a")
+        .await
         .unwrap()
         .unwrap();
     assert!(b.epoch > a.epoch, "a new holder, a new epoch");
-    assert!(!l.renew_lease(&s.id, &a, 60_000).unwrap());
-    assert!(l.renew_lease(&s.id, &b, 60_000).unwrap());
-    l.release_lease(&s.id, &b).unwrap();
-    let a2 = l.acquire_lease(&s.id, "a", -1, |_| false).unwrap().unwrap();
+    assert!(!l.renew_lease(&s.id, &a, 60_000).await.unwrap());
+    assert!(l.renew_lease(&s.id, &b, 60_000).await.unwrap());
+    l.release_lease(&s.id, &b).await.unwrap();
+    let a2 = l
+        .acquire_lease(&s.id, "a", -1, |_| false)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(a2.epoch > b.epoch, "epochs only grow, also after a release");
     assert!(
         l.acquire_lease(&s.id, "b", 60_000, |_| false)
+            .await
             .unwrap()
             .is_ok(),
         "expired lease is taken over"
@@ -130,63 +138,72 @@ fn a_lease_is_exclusive_until_it_expires_or_its_holder_dies() {
 /// Two processes on one file: the first holds the lease, the second takes
 /// it over; every write of the first is refused from then on, in the
 /// write's own transaction, and the second's go through.
-#[test]
-fn a_holder_whose_lease_was_taken_over_writes_nothing() {
+#[tokio::test]
+async fn a_holder_whose_lease_was_taken_over_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");
     let (a, b) = (
         Ledger::open(&path, Bus::new()).unwrap(),
         Ledger::open(&path, Bus::new()).unwrap(),
     );
-    let s = a.create_session("/w", "t").unwrap();
+    let s = a.create_session("/w", "t").await.unwrap();
     a.acquire_lease(&s.id, "a", 60_000, |_| false)
+        .await
         .unwrap()
         .unwrap();
     let first = user_message(&s.id);
-    a.put_message(&first).unwrap();
-    a.check_fence(&s.id).unwrap();
+    a.put_message(&first).await.unwrap();
+    a.check_fence(&s.id).await.unwrap();
     // B takes over (A was declared dead, or its lease ran out).
     b.acquire_lease(&s.id, "b", 60_000, |h| h == "a")
+        .await
         .unwrap()
         .unwrap();
-    let before = b.read_messages(&s.id).unwrap();
+    let before = b.read_messages(&s.id).await.unwrap();
     let fenced = |r: Result<()>| match r {
         Err(CoreError::Ledger(LedgerError::Fenced { session })) => assert_eq!(session, s.id),
         other => panic!("expected a fenced write, got {other:?}"),
     };
-    fenced(a.check_fence(&s.id));
-    fenced(a.put_message(&user_message(&s.id)));
-    fenced(a.put_part(&text_part(&first, "late".into()), PartWrite::Changed));
-    fenced(a.touch_session(&s.id));
-    fenced(a.audit(&AuditEntry {
-        seq: 0,
-        session_id: s.id.clone(),
-        message_id: None,
-        call_id: None,
-        at: 1,
-        stage: "tool".into(),
-        subject: "read".into(),
-        plugin_hash: None,
-        decision: "allowed".into(),
-        rule: None,
-        duration_us: None,
-        outcome: None,
-    }));
-    fenced(a.set_session_permission(&s.id, &[]).map(|_| ()));
-    assert_eq!(b.read_messages(&s.id).unwrap(), before);
-    assert!(b.audit_trail(&s.id).unwrap().is_empty());
+    fenced(a.check_fence(&s.id).await);
+    fenced(a.put_message(&user_message(&s.id)).await);
+    fenced(
+        a.put_part(&text_part(&first, "late".into()), PartWrite::Changed)
+            .await,
+    );
+    fenced(a.touch_session(&s.id).await);
+    fenced(
+        a.audit(&AuditEntry {
+            seq: 0,
+            session_id: s.id.clone(),
+            message_id: None,
+            call_id: None,
+            at: 1,
+            stage: "tool".into(),
+            subject: "read".into(),
+            plugin_hash: None,
+            decision: "allowed".into(),
+            rule: None,
+            duration_us: None,
+            outcome: None,
+        })
+        .await,
+    );
+    fenced(a.set_session_permission(&s.id, &[]).await.map(|_| ()));
+    assert_eq!(b.read_messages(&s.id).await.unwrap(), before);
+    assert!(b.audit_trail(&s.id).await.unwrap().is_empty());
     // A's reads come from the rows now, not from its stale copy.
-    assert_eq!(a.messages(&s.id).unwrap(), before);
+    assert_eq!(a.messages(&s.id).await.unwrap(), before);
     // The new holder writes as usual.
     b.put_part(&text_part(&first, "mine".into()), PartWrite::Changed)
+        .await
         .unwrap();
-    assert_eq!(b.read_messages(&s.id).unwrap()[0].parts.len(), 1);
+    assert_eq!(b.read_messages(&s.id).await.unwrap()[0].parts.len(), 1);
 }
 
-#[test]
-fn the_copy_kept_while_holding_a_lease_equals_the_rows() {
+#[tokio::test]
+async fn the_copy_kept_while_holding_a_lease_equals_the_rows() {
     let l = ledger();
-    let s = l.create_session("/w", "t").unwrap();
+    let s = l.create_session("/w", "t").await.unwrap();
     let user = |n: u32| {
         MessageInfo::User(UserInfo {
             id: MessageId(id::ascending("msg")),
@@ -201,9 +218,10 @@ fn the_copy_kept_while_holding_a_lease_equals_the_rows() {
     };
     // One message before the lease, more while it is held.
     let first = user(0);
-    l.put_message(&first).unwrap();
+    l.put_message(&first).await.unwrap();
     let me = l
         .acquire_lease(&s.id, "me", 60_000, |_| false)
+        .await
         .unwrap()
         .unwrap();
     let mut tool = Part {
@@ -218,26 +236,27 @@ fn the_copy_kept_while_holding_a_lease_equals_the_rows() {
             ignored: false,
         },
     };
-    l.put_part(&tool, PartWrite::Changed).unwrap();
+    l.put_part(&tool, PartWrite::Changed).await.unwrap();
     if let PartBody::Tool { state, .. } = &mut tool.body {
         *state = state.start(serde_json::json!({"a": 1}), 2).unwrap();
     }
-    l.put_part(&tool, PartWrite::Changed).unwrap();
+    l.put_part(&tool, PartWrite::Changed).await.unwrap();
     for n in 1..4 {
         let m = user(n);
-        l.put_message(&m).unwrap();
+        l.put_message(&m).await.unwrap();
         let p = Part {
             id: id::ascending("prt").into(),
             session_id: s.id.clone(),
             message_id: m.id().clone(),
             body: PartBody::StepStart {},
         };
-        l.put_part(&p, PartWrite::Changed).unwrap();
+        l.put_part(&p, PartWrite::Changed).await.unwrap();
     }
-    let held = l.messages(&s.id).unwrap();
-    assert_eq!(held, l.read_messages(&s.id).unwrap());
+    let held = l.messages(&s.id).await.unwrap();
+    assert_eq!(held, l.read_messages(&s.id).await.unwrap());
     let shared: Vec<MessageWithParts> = l
         .history(&s.id)
+        .await
         .unwrap()
         .iter()
         .map(|m| (**m).clone())
@@ -245,9 +264,9 @@ fn the_copy_kept_while_holding_a_lease_equals_the_rows() {
     assert_eq!(shared, held);
     assert_eq!(held.len(), 4);
     assert_eq!(held[0].parts[0].tool_state().unwrap().status(), "running");
-    l.release_lease(&s.id, &me).unwrap();
+    l.release_lease(&s.id, &me).await.unwrap();
     assert!(l.held().is_empty());
-    assert_eq!(l.messages(&s.id).unwrap(), held);
+    assert_eq!(l.messages(&s.id).await.unwrap(), held);
 }
 
 #[test]
@@ -265,20 +284,20 @@ fn a_newer_schema_is_refused() {
     }
 }
 
-#[test]
-fn the_log_reaches_the_database_file_without_a_writer_paying_for_it() {
+#[tokio::test]
+async fn the_log_reaches_the_database_file_without_a_writer_paying_for_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");
     let l = Ledger::open(&path, Bus::new()).unwrap();
-    let s = l.create_session("/w", "t").unwrap();
+    let s = l.create_session("/w", "t").await.unwrap();
     // What the first checkpoint found (the schema) is in the file by now.
     std::thread::sleep(Checkpointer::EVERY * 3);
     let before = std::fs::metadata(&path).unwrap().len();
     let info = user_message(&s.id);
-    l.put_message(&info).unwrap();
+    l.put_message(&info).await.unwrap();
     for n in 0..200 {
         let part = text_part(&info, format!("{n} {}", "x".repeat(500)));
-        l.put_part(&part, PartWrite::Changed).unwrap();
+        l.put_part(&part, PartWrite::Changed).await.unwrap();
     }
     // SQLite alone would leave 100 KB in the log (its own threshold is
     // 40 MB); the checkpoint thread copies it into the file.
@@ -299,6 +318,7 @@ fn the_log_reaches_the_database_file_without_a_writer_paying_for_it() {
         Ledger::open(&path, Bus::new())
             .unwrap()
             .messages(&s.id)
+            .await
             .unwrap()[0]
             .parts
             .len(),
@@ -306,8 +326,8 @@ fn the_log_reaches_the_database_file_without_a_writer_paying_for_it() {
     );
 }
 
-#[test]
-fn message_headers_written_before_opencode_s_shapes_are_carried_over() {
+#[tokio::test]
+async fn message_headers_written_before_opencode_s_shapes_are_carried_over() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");
     let c = Connection::open(&path).unwrap();
@@ -342,7 +362,7 @@ fn message_headers_written_before_opencode_s_shapes_are_carried_over() {
     drop(c);
 
     let l = Ledger::open(&path, Bus::new()).unwrap();
-    let messages = l.messages(&SessionId(sid.clone())).unwrap();
+    let messages = l.messages(&SessionId(sid.clone())).await.unwrap();
     let infos: Vec<_> = messages.iter().map(|m| m.info.clone()).collect();
     let MessageInfo::User(u) = &infos[0] else {
         panic!("{infos:?}")
@@ -389,8 +409,8 @@ fn a_ledger_from_before_the_schema_was_fixed_is_refused_with_a_way_out() {
     }
 }
 
-#[test]
-fn a_ledger_of_schema_1_is_carried_over_and_reads_the_same() {
+#[tokio::test]
+async fn a_ledger_of_schema_1_is_carried_over_and_reads_the_same() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.db");
     let c = Connection::open(&path).unwrap();
@@ -412,8 +432,8 @@ fn a_ledger_of_schema_1_is_carried_over_and_reads_the_same() {
     drop(c);
     let l = Ledger::open(&path, Bus::new()).unwrap();
     let s = SessionId("ses_1".into());
-    assert_eq!(l.session(&s).unwrap().title, "t");
-    let msgs = l.messages(&s).unwrap();
+    assert_eq!(l.session(&s).await.unwrap().title, "t");
+    let msgs = l.messages(&s).await.unwrap();
     assert_eq!(msgs.len(), 1);
     assert_eq!(msgs[0].info, user_message_with(&s, "msg_1", 1));
     match msgs[0].parts[0].tool_state().unwrap() {
@@ -425,7 +445,7 @@ fn a_ledger_of_schema_1_is_carried_over_and_reads_the_same() {
         }
         other => panic!("{other:?}"),
     }
-    let events = l.part_events(&s).unwrap();
+    let events = l.part_events(&s).await.unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!(
         events[0].part.tool_state().unwrap(),
@@ -433,7 +453,7 @@ fn a_ledger_of_schema_1_is_carried_over_and_reads_the_same() {
             .start(serde_json::json!({"a": 1}), 3)
             .unwrap()
     );
-    let audit = l.audit_trail(&s).unwrap();
+    let audit = l.audit_trail(&s).await.unwrap();
     assert_eq!(audit.len(), 1);
     assert_eq!(
         (
@@ -446,10 +466,11 @@ fn a_ledger_of_schema_1_is_carried_over_and_reads_the_same() {
     );
     // And it takes new writes in the new form.
     let info = user_message(&s);
-    l.put_message(&info).unwrap();
+    l.put_message(&info).await.unwrap();
     l.put_part(&text_part(&info, "hi".into()), PartWrite::Changed)
+        .await
         .unwrap();
-    assert_eq!(l.messages(&s).unwrap().len(), 2);
+    assert_eq!(l.messages(&s).await.unwrap().len(), 2);
 }
 
 fn user_message_with(session: &SessionId, id: &str, created: i64) -> MessageInfo {
@@ -465,13 +486,13 @@ fn user_message_with(session: &SessionId, id: &str, created: i64) -> MessageInfo
     })
 }
 
-#[test]
-fn a_call_is_one_audit_row_and_reads_back_entry_by_entry() {
+#[tokio::test]
+async fn a_call_is_one_audit_row_and_reads_back_entry_by_entry() {
     let store = Arc::new(SqliteStore::in_memory().unwrap());
     let l = Ledger::new(store.clone(), Bus::new());
-    let s = l.create_session("/w", "t").unwrap();
+    let s = l.create_session("/w", "t").await.unwrap();
     let info = user_message(&s.id);
-    l.put_message(&info).unwrap();
+    l.put_message(&info).await.unwrap();
     let entry = |stage: &str, hash: Option<&str>, at: i64| AuditEntry {
         seq: 0,
         session_id: s.id.clone(),
@@ -492,11 +513,11 @@ fn a_call_is_one_audit_row_and_reads_back_entry_by_entry() {
         entry("tool", Some(&"b".repeat(64)), 11),
         entry("after", Some(&"a".repeat(64)), 12),
     ];
-    l.audit_all(&entries).unwrap();
+    l.audit_all(&entries).await.unwrap();
     let rows: i64 =
         store.with_conn(|c| c.query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0)));
     assert_eq!(rows, 1);
-    let back = l.audit_trail(&s.id).unwrap();
+    let back = l.audit_trail(&s.id).await.unwrap();
     let expected: Vec<AuditEntry> = entries
         .into_iter()
         .enumerate()

@@ -339,7 +339,7 @@ impl Permissions {
     /// Answer a pending question. `Always` also adds session rules allowing
     /// the request's `always` patterns, and settles other pending questions
     /// of the session that those rules now allow.
-    pub fn reply(&self, request_id: &str, reply: PermissionReply) -> Result<(), String> {
+    pub async fn reply(&self, request_id: &str, reply: PermissionReply) -> Result<(), String> {
         let Some(p) = self.lock().pending.remove(request_id) else {
             return Err(format!("no pending permission request {request_id}"));
         };
@@ -363,7 +363,7 @@ impl Permissions {
                     action: Action::Allow,
                 })
                 .collect();
-            self.allow_for_session(&session_id, added)?;
+            self.allow_for_session(&session_id, added).await?;
         }
         // Published before the asker wakes, so the answer is on the bus before
         // anything the answer lets happen.
@@ -376,11 +376,16 @@ impl Permissions {
         Ok(())
     }
 
-    fn allow_for_session(&self, session_id: &SessionId, added: Vec<Rule>) -> Result<(), String> {
+    async fn allow_for_session(
+        &self,
+        session_id: &SessionId,
+        added: Vec<Rule>,
+    ) -> Result<(), String> {
         let session = self
             .inner
             .ledger
             .update_session_permission(session_id, |rules| rules.extend(added))
+            .await
             .map_err(|e| e.to_string())?;
         let settled: Vec<String> = self
             .lock()
@@ -399,7 +404,8 @@ impl Permissions {
             .map(|q| q.request.id.clone())
             .collect();
         for id in settled {
-            self.reply(&id, PermissionReply::Once)?;
+            // Boxed: `reply` may call back here (for `Always`; never for `Once`).
+            Box::pin(self.reply(&id, PermissionReply::Once)).await?;
         }
         Ok(())
     }
@@ -443,7 +449,7 @@ mod tests {
     #[tokio::test]
     async fn nobody_attached_means_reject() {
         let ledger = Ledger::in_memory(Bus::new()).unwrap();
-        let s = ledger.create_session("/w", "t").unwrap();
+        let s = ledger.create_session("/w", "t").await.unwrap();
         let p = Permissions::new(ledger.clone());
         let mut events = ledger.bus().subscribe();
         assert_eq!(
@@ -466,7 +472,7 @@ mod tests {
     #[tokio::test]
     async fn an_attached_answer_is_delivered_and_always_adds_a_rule() {
         let ledger = Ledger::in_memory(Bus::new()).unwrap();
-        let s = ledger.create_session("/w", "t").unwrap();
+        let s = ledger.create_session("/w", "t").await.unwrap();
         let p = Permissions::new(ledger.clone());
         let _guard = p.attach();
         let mut events = ledger.bus().subscribe();
@@ -481,9 +487,9 @@ mod tests {
             }
         };
         assert_eq!(p.pending(Some(&s.id)).len(), 1);
-        p.reply(&id, PermissionReply::Always).unwrap();
+        p.reply(&id, PermissionReply::Always).await.unwrap();
         assert_eq!(asker.await.unwrap(), PermissionReply::Always);
-        let session = ledger.session(&s.id).unwrap();
+        let session = ledger.session(&s.id).await.unwrap();
         assert_eq!(
             session.permission,
             vec![Rule {
@@ -493,7 +499,7 @@ mod tests {
             }]
         );
         assert!(
-            p.reply(&id, PermissionReply::Once).is_err(),
+            p.reply(&id, PermissionReply::Once).await.is_err(),
             "answered questions are gone"
         );
     }
@@ -501,8 +507,8 @@ mod tests {
     #[tokio::test]
     async fn a_front_end_for_one_session_answers_only_that_session() {
         let ledger = Ledger::in_memory(Bus::new()).unwrap();
-        let a = ledger.create_session("/w", "a").unwrap();
-        let b = ledger.create_session("/w", "b").unwrap();
+        let a = ledger.create_session("/w", "a").await.unwrap();
+        let b = ledger.create_session("/w", "b").await.unwrap();
         let p = Permissions::new(ledger.clone());
         let guard = p.attach_to(&a.id);
         assert!(p.can_answer(&a.id));
@@ -535,7 +541,7 @@ mod tests {
     #[tokio::test]
     async fn leaving_keeps_questions_someone_else_can_still_answer() {
         let ledger = Ledger::in_memory(Bus::new()).unwrap();
-        let a = ledger.create_session("/w", "a").unwrap();
+        let a = ledger.create_session("/w", "a").await.unwrap();
         let p = Permissions::new(ledger.clone());
         let everywhere = p.attach();
         let one = p.attach_to(&a.id);
@@ -556,7 +562,7 @@ mod tests {
             1,
             "the session's own watcher is still there"
         );
-        p.reply(&id, PermissionReply::Once).unwrap();
+        p.reply(&id, PermissionReply::Once).await.unwrap();
         assert_eq!(asker.await.unwrap(), PermissionReply::Once);
         drop(one);
     }
@@ -564,7 +570,7 @@ mod tests {
     #[tokio::test]
     async fn a_question_nobody_answers_is_refused_at_its_deadline() {
         let ledger = Ledger::in_memory(Bus::new()).unwrap();
-        let s = ledger.create_session("/w", "t").unwrap();
+        let s = ledger.create_session("/w", "t").await.unwrap();
         let p = Permissions::with_deadline(ledger.clone(), Duration::from_millis(30));
         let _guard = p.attach();
         let mut events = ledger.bus().subscribe();
@@ -602,7 +608,7 @@ mod tests {
     #[tokio::test]
     async fn an_abort_settles_a_waiting_question_with_an_event() {
         let ledger = Ledger::in_memory(Bus::new()).unwrap();
-        let s = ledger.create_session("/w", "t").unwrap();
+        let s = ledger.create_session("/w", "t").await.unwrap();
         let p = Permissions::new(ledger.clone());
         let _guard = p.attach();
         let mut events = ledger.bus().subscribe();
@@ -630,7 +636,7 @@ mod tests {
     #[tokio::test]
     async fn a_watcher_leaving_settles_its_questions_with_an_event_and_a_reason() {
         let ledger = Ledger::in_memory(Bus::new()).unwrap();
-        let s = ledger.create_session("/w", "t").unwrap();
+        let s = ledger.create_session("/w", "t").await.unwrap();
         let p = Permissions::new(ledger.clone());
         let guard = p.attach_to(&s.id);
         let mut events = ledger.bus().subscribe();
@@ -660,7 +666,7 @@ mod tests {
     #[tokio::test]
     async fn a_question_asked_with_nobody_attached_says_so() {
         let ledger = Ledger::in_memory(Bus::new()).unwrap();
-        let s = ledger.create_session("/w", "t").unwrap();
+        let s = ledger.create_session("/w", "t").await.unwrap();
         let p = Permissions::new(ledger.clone());
         let answer = p.ask_why(request(&s.id), &CancellationToken::new()).await;
         assert_eq!(answer.refusal, Some(Refusal::Nobody));

@@ -150,7 +150,7 @@ impl Actor {
                     Err(_) => {
                         // Nothing to do: give the lease back, then leave unless
                         // an operation came in meanwhile.
-                        self.release();
+                        self.release().await;
                         let mut map = self.core.inner.actors.lock();
                         match self.ops.try_recv() {
                             Ok(op) => op,
@@ -179,7 +179,7 @@ impl Actor {
         mut replies: Replies,
         queued: &mut VecDeque<Op>,
     ) -> (Result<MessageWithParts>, Replies) {
-        if let Err(e) = self.hold() {
+        if let Err(e) = self.hold().await {
             return (Err(e), replies);
         }
         let cancel = CancellationToken::new();
@@ -192,8 +192,8 @@ impl Actor {
             let inner = &core.inner;
             match job {
                 Job::Prompt(input) => {
-                    let info = inner.ledger.session(&session)?;
-                    let message = core.write_prompt(&info, &input)?;
+                    let info = inner.ledger.session(&session).await?;
+                    let message = core.write_prompt(&info, &input).await?;
                     if input.no_reply {
                         return Ok(message);
                     }
@@ -234,7 +234,7 @@ impl Actor {
 
     /// Take the lease unless it is held (and was not lost meanwhile), and
     /// keep it fresh.
-    fn hold(&mut self) -> Result<()> {
+    async fn hold(&mut self) -> Result<()> {
         if let Some(held) = &self.lease
             && !held.lost.load(std::sync::atomic::Ordering::SeqCst)
         {
@@ -245,12 +245,11 @@ impl Actor {
         }
         let inner = &self.core.inner;
         let ttl = inner.options.lease_ttl.as_millis() as i64;
-        let fence = match inner.ledger.acquire_lease(
-            &self.session,
-            &inner.holder,
-            ttl,
-            lease::holder_is_dead,
-        )? {
+        let fence = match inner
+            .ledger
+            .acquire_lease(&self.session, &inner.holder, ttl, lease::holder_is_dead)
+            .await?
+        {
             Ok(fence) => fence,
             Err(held) => {
                 return Err(CoreError::SessionBusy {
@@ -270,7 +269,7 @@ impl Actor {
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(every).await;
-                    match ledger.renew_lease(&session, &fence, ttl) {
+                    match ledger.renew_lease(&session, &fence, ttl).await {
                         Ok(true) => {}
                         Ok(false) => {
                             tracing::warn!(%session, "lost the runner lease to another process; stopping");
@@ -295,7 +294,7 @@ impl Actor {
         Ok(())
     }
 
-    fn release(&mut self) {
+    async fn release(&mut self) {
         if let Some(held) = self.lease.take() {
             held.heartbeat.abort();
             if let Err(e) = self
@@ -303,6 +302,7 @@ impl Actor {
                 .inner
                 .ledger
                 .release_lease(&self.session, &held.fence)
+                .await
             {
                 tracing::warn!(session = %self.session, error = %e, "could not release the runner lease");
             }
@@ -312,8 +312,21 @@ impl Actor {
 
 impl Drop for Actor {
     fn drop(&mut self) {
-        // Also when the runtime shuts down with the actor mid-job.
-        self.release();
+        // The actor was dropped mid-job (its runtime is shutting down): give
+        // the lease back from a task if the runtime still runs one. If it
+        // does not, the lease stays until it expires, or until a process on
+        // this machine sees that its holder is gone, as after a kill.
+        if let Some(held) = self.lease.take() {
+            held.heartbeat.abort();
+            let ledger = self.core.inner.ledger.clone();
+            let session = self.session.clone();
+            ledger.forget_lease(&session, &held.fence);
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    let _ = ledger.release_lease(&session, &held.fence).await;
+                });
+            }
+        }
     }
 }
 

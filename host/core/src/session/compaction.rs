@@ -71,7 +71,7 @@ pub fn pending<'a, M: AsRef<MessageWithParts>>(
 
 /// Queue a compaction: a user message (same agent and model as `user`)
 /// holding a compaction part.
-pub(crate) fn queue(
+pub(crate) async fn queue(
     core: &CoreInner,
     session_id: &SessionId,
     user: &UserInfo,
@@ -84,7 +84,7 @@ pub(crate) fn queue(
         agent: user.agent.clone(),
         model: user.model.clone(),
     });
-    core.ledger.put_message(&info)?;
+    core.ledger.put_message(&info).await?;
     let part = Part {
         id: id::ascending("prt").into(),
         session_id: session_id.clone(),
@@ -94,7 +94,7 @@ pub(crate) fn queue(
             overflow,
         },
     };
-    core.ledger.put_part(&part, PartWrite::Changed)?;
+    core.ledger.put_part(&part, PartWrite::Changed).await?;
     Ok(())
 }
 
@@ -146,7 +146,8 @@ pub(crate) async fn process(
         summary: true,
     };
     core.ledger
-        .put_message(&MessageInfo::Assistant(info.clone()))?;
+        .put_message(&MessageInfo::Assistant(info.clone()))
+        .await?;
     let llm_request = LlmRequest {
         model: model.info.reference.model.clone(),
         system: vec![SUMMARY_SYSTEM.to_string()],
@@ -168,7 +169,8 @@ pub(crate) async fn process(
 
     let summary = core
         .ledger
-        .message(&session.id, &info.id)?
+        .message(&session.id, &info.id)
+        .await?
         .and_then(|m| history::assistant(&m).cloned());
     let ok = outcome != Outcome::Stop && summary.as_ref().is_some_and(|a| a.error.is_none());
     if !ok {
@@ -178,7 +180,7 @@ pub(crate) async fn process(
             a.error = Some(MessageError::ContextOverflow {
                 message: "the summary itself did not fit the model's context window".into(),
             });
-            core.ledger.put_message(&MessageInfo::Assistant(a))?;
+            core.ledger.put_message(&MessageInfo::Assistant(a)).await?;
         }
         core.ledger.bus().publish(Event::SessionWarning {
             session_id: session.id.clone(),
@@ -194,7 +196,7 @@ pub(crate) async fn process(
             agent: user.agent.clone(),
             model: user.model.clone(),
         });
-        core.ledger.put_message(&next)?;
+        core.ledger.put_message(&next).await?;
         let part = Part {
             id: id::ascending("prt").into(),
             session_id: session.id.clone(),
@@ -206,7 +208,7 @@ pub(crate) async fn process(
                 ignored: false,
             },
         };
-        core.ledger.put_part(&part, PartWrite::Changed)?;
+        core.ledger.put_part(&part, PartWrite::Changed).await?;
     }
     Ok(Outcome::Continue)
 }

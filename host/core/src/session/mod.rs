@@ -170,7 +170,7 @@ impl Core {
     }
 
     /// Start a session working in `directory` (which must exist).
-    pub fn create_session(&self, directory: &Path, title: &str) -> Result<SessionInfo> {
+    pub async fn create_session(&self, directory: &Path, title: &str) -> Result<SessionInfo> {
         let dir = std::fs::canonicalize(directory).map_err(|e| {
             CoreError::Config(format!(
                 "the working directory {} cannot be used: {e}",
@@ -187,12 +187,13 @@ impl Core {
         self.inner
             .ledger
             .create_session(&dir.to_string_lossy(), &title)
+            .await
     }
 
     /// Which model a prompt uses (its own, the agent's, the config's, or the
     /// one the session used last), checked to be usable. Front ends call
     /// this before creating a session, so a bad model writes nothing.
-    pub fn choose_model(
+    pub async fn choose_model(
         &self,
         explicit: Option<&ModelRef>,
         agent: Option<&str>,
@@ -210,7 +211,7 @@ impl Core {
             Models::parse(m)?
         } else {
             let last = match session {
-                Some(s) => history::latest(&self.inner.ledger.messages(s)?)
+                Some(s) => history::latest(&self.inner.ledger.messages(s).await?)
                     .user
                     .map(|u| u.model.clone()),
                 None => None,
@@ -230,7 +231,7 @@ impl Core {
     /// session another process is running is refused (`SessionBusy`) before
     /// anything is written.
     pub async fn prompt(&self, input: PromptInput) -> Result<MessageWithParts> {
-        let session = self.inner.ledger.session(&input.session_id)?;
+        let session = self.inner.ledger.session(&input.session_id).await?;
         let (reply, rx) = tokio::sync::oneshot::channel();
         self.inner
             .actors
@@ -264,15 +265,20 @@ impl Core {
     }
 
     /// Write the user message of a prompt (and its tool switches).
-    fn write_prompt(&self, session: &SessionInfo, input: &PromptInput) -> Result<MessageWithParts> {
+    async fn write_prompt(
+        &self,
+        session: &SessionInfo,
+        input: &PromptInput,
+    ) -> Result<MessageWithParts> {
         let agent_name = input
             .agent
             .clone()
             .unwrap_or_else(|| self.inner.agents.default_name().to_string());
         let agent = self.inner.agents.get(&agent_name)?;
         // Resolved before writing anything: a bad model or cassette leaves the ledger untouched.
-        let model =
-            self.choose_model(input.model.as_ref(), Some(&agent.name), Some(&session.id))?;
+        let model = self
+            .choose_model(input.model.as_ref(), Some(&agent.name), Some(&session.id))
+            .await?;
         if input.text.trim().is_empty() {
             return Err(CoreError::Config("the prompt is empty".into()));
         }
@@ -285,7 +291,7 @@ impl Core {
             agent: agent.name.clone(),
             model,
         });
-        self.inner.ledger.put_message(&info)?;
+        self.inner.ledger.put_message(&info).await?;
         let part = Part {
             id: id::ascending("prt").into(),
             session_id: session.id.clone(),
@@ -297,8 +303,11 @@ impl Core {
                 ignored: false,
             },
         };
-        self.inner.ledger.put_part(&part, PartWrite::Changed)?;
-        self.inner.ledger.touch_session(&session.id)?;
+        self.inner
+            .ledger
+            .put_part(&part, PartWrite::Changed)
+            .await?;
+        self.inner.ledger.touch_session(&session.id).await?;
 
         if !switches.is_empty() {
             self.inner
@@ -318,7 +327,8 @@ impl Core {
                             });
                         }
                     }
-                })?;
+                })
+                .await?;
         }
 
         Ok(MessageWithParts {
@@ -331,7 +341,7 @@ impl Core {
     /// return the last assistant message. Also the way to resume a session
     /// from the ledger alone.
     pub async fn run(&self, session: &SessionId) -> Result<MessageWithParts> {
-        self.inner.ledger.session(session)?;
+        self.inner.ledger.session(session).await?;
         let (reply, rx) = tokio::sync::oneshot::channel();
         self.inner.actors.send(self, session, Op::Run { reply });
         actor::reply(rx).await
@@ -344,12 +354,13 @@ impl Core {
 
     /// Sessions whose run was cut short by a process that died (their lease
     /// outlived it): candidates for taking over with [`Core::run`].
-    pub fn orphaned(&self) -> Result<Vec<SessionId>> {
+    pub async fn orphaned(&self) -> Result<Vec<SessionId>> {
         let now = now_ms();
         Ok(self
             .inner
             .ledger
-            .leases()?
+            .leases()
+            .await?
             .into_iter()
             .filter(|(s, holder, expires)| {
                 holder != &self.inner.holder
@@ -362,8 +373,8 @@ impl Core {
 
     /// Delete a session and its history. Refused while it runs, here or in
     /// another process.
-    pub fn delete_session(&self, session: &SessionId) -> Result<()> {
-        self.inner.ledger.session(session)?;
+    pub async fn delete_session(&self, session: &SessionId) -> Result<()> {
+        self.inner.ledger.session(session).await?;
         if self.inner.actors.is_running(session) {
             return Err(CoreError::SessionBusy {
                 session: session.clone(),
@@ -373,18 +384,18 @@ impl Core {
         let ttl = self.inner.options.lease_ttl.as_millis() as i64;
         // The lease keeps any other process from starting it meanwhile; the
         // delete removes it with the session.
-        if let Err(held) = self.inner.ledger.acquire_lease(
-            session,
-            &self.inner.holder,
-            ttl,
-            lease::holder_is_dead,
-        )? {
+        if let Err(held) = self
+            .inner
+            .ledger
+            .acquire_lease(session, &self.inner.holder, ttl, lease::holder_is_dead)
+            .await?
+        {
             return Err(CoreError::SessionBusy {
                 session: session.clone(),
                 holder: held.holder,
             });
         }
-        self.inner.ledger.delete_session(session)
+        self.inner.ledger.delete_session(session).await
     }
 
     /// Cancel the session's run: the model stream and running guest calls

@@ -46,11 +46,12 @@ impl PhaseMarks {
     /// Write the marks held so far. Called when a stream ends (finished,
     /// failed or cut) and before a retry waits, so a trace read during a long
     /// tool run or a retry wait already shows them.
-    pub(crate) fn flush(&self) {
+    pub(crate) async fn flush(&self) {
         let marks = std::mem::take(&mut *self.held.lock().unwrap_or_else(|p| p.into_inner()));
         if let Err(e) = self
             .ledger
             .mark_phases(&self.session, Some(&self.message), &marks)
+            .await
         {
             tracing::warn!(error = %e, "could not record the phases of the trace");
         }
@@ -62,13 +63,13 @@ impl PhaseMarks {
     }
 
     /// The request failed; the loop waits `wait` before the next attempt.
-    pub(crate) fn retry(&self, attempt: u32, wait: Duration, error: &ProviderError) {
+    pub(crate) async fn retry(&self, attempt: u32, wait: Duration, error: &ProviderError) {
         self.mark(PhaseKind::RetryWait {
             attempt,
             until: now_ms() + wait.as_millis() as i64,
             message: error.to_string(),
         });
-        self.flush();
+        self.flush().await;
     }
 
     /// The same stream, marking its first event and each step's finish.

@@ -38,17 +38,17 @@ pub(crate) async fn run(
     session_id: &SessionId,
     cancel: &CancellationToken,
 ) -> Result<MessageWithParts> {
-    recover_stale(core, session_id)?;
+    recover_stale(core, session_id).await?;
     let mut chat = history::ChatCache::default();
     loop {
         if cancel.is_cancelled() {
             break;
         }
         // A runner that lost its lease starts no new step.
-        core.ledger.check_fence(session_id)?;
+        core.ledger.check_fence(session_id).await?;
         core.status.set(session_id, SessionStatus::Busy);
-        let session = core.ledger.session(session_id)?;
-        let all = core.ledger.history(session_id)?;
+        let session = core.ledger.session(session_id).await?;
+        let all = core.ledger.history(session_id).await?;
         let msgs = history::since_compaction(all);
         let latest = history::latest(&msgs);
         let Some(user) = latest.user.cloned() else {
@@ -79,7 +79,7 @@ pub(crate) async fn run(
             && !finished.summary
             && compaction::is_overflow(&finished.tokens, &model.info)
         {
-            compaction::queue(core, session_id, &user, false)?;
+            compaction::queue(core, session_id, &user, false).await?;
             continue;
         }
         let step = msgs
@@ -123,7 +123,8 @@ pub(crate) async fn run(
             summary: false,
         };
         core.ledger
-            .put_message(&MessageInfo::Assistant(info.clone()))?;
+            .put_message(&MessageInfo::Assistant(info.clone()))
+            .await?;
 
         let tools = if last_step {
             Vec::new()
@@ -186,12 +187,12 @@ pub(crate) async fn run(
                     });
                     break;
                 }
-                compaction::queue(core, session_id, &user, true)?;
+                compaction::queue(core, session_id, &user, true).await?;
                 continue;
             }
         }
     }
-    let msgs = core.ledger.messages(session_id)?;
+    let msgs = core.ledger.messages(session_id).await?;
     let last = msgs
         .iter()
         .filter(|m| matches!(m.info, MessageInfo::Assistant(_)))
@@ -214,22 +215,24 @@ fn resolve_tools(core: &CoreInner, agent: &Agent, session: &SessionInfo) -> Vec<
 /// Assistant messages left unfinished by a process that died: their open
 /// tool calls become interrupted errors and the message is closed, so the
 /// next round shows the model an error result for each call.
-fn recover_stale(core: &CoreInner, session_id: &SessionId) -> Result<()> {
+async fn recover_stale(core: &CoreInner, session_id: &SessionId) -> Result<()> {
     let now = now_ms();
-    for m in core.ledger.messages(session_id)? {
+    for m in core.ledger.messages(session_id).await? {
         let MessageInfo::Assistant(mut info) = m.info else {
             continue;
         };
         if info.time.completed.is_some() {
             continue;
         }
-        Calls::recover(&core.ledger, m.parts, STALE)?;
+        Calls::recover(&core.ledger, m.parts, STALE).await?;
         info.time.completed = Some(now);
         info.error.get_or_insert(MessageError::Interrupted {
             message: "the process running this step stopped before it ended; the session was resumed from the ledger"
                 .into(),
         });
-        core.ledger.put_message(&MessageInfo::Assistant(info))?;
+        core.ledger
+            .put_message(&MessageInfo::Assistant(info))
+            .await?;
     }
     Ok(())
 }

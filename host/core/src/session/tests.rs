@@ -121,12 +121,12 @@ struct Setup {
     _dir: tempfile::TempDir,
 }
 
-fn setup(cassette: Value, config: &str) -> Setup {
-    setup_with(cassette, config, RustTools::default(), None)
+async fn setup(cassette: Value, config: &str) -> Setup {
+    setup_with(cassette, config, RustTools::default(), None).await
 }
 
 /// [`setup`] with these tools, and optionally another model than the cassette.
-fn setup_with(
+async fn setup_with(
     cassette: Value,
     config: &str,
     tools: RustTools,
@@ -149,7 +149,7 @@ fn setup_with(
         CoreOptions::default(),
     )
     .unwrap();
-    let session = core.create_session(dir.path(), "test").unwrap();
+    let session = core.create_session(dir.path(), "test").await.unwrap();
     Setup {
         core,
         provider,
@@ -172,10 +172,11 @@ fn prompt(s: &Setup, text: &str) -> PromptInput {
 }
 
 /// (tool, status, error) of every recorded tool part change, in order.
-fn tool_timeline(s: &Setup) -> Vec<(String, String)> {
+async fn tool_timeline(s: &Setup) -> Vec<(String, String)> {
     s.core
         .ledger()
         .part_events(&s.session.id)
+        .await
         .unwrap()
         .into_iter()
         .filter_map(|e| match e.part.body {
@@ -185,10 +186,11 @@ fn tool_timeline(s: &Setup) -> Vec<(String, String)> {
         .collect()
 }
 
-fn tool_states(s: &Setup) -> Vec<ToolState> {
+async fn tool_states(s: &Setup) -> Vec<ToolState> {
     s.core
         .ledger()
         .messages(&s.session.id)
+        .await
         .unwrap()
         .into_iter()
         .flat_map(|m| m.parts)
@@ -220,7 +222,8 @@ async fn a_tool_call_then_an_answer_takes_two_requests() {
             {"text": "done"}
         ]}),
         "{}",
-    );
+    )
+    .await;
     let answer = s.core.prompt(prompt(&s, "go")).await.unwrap();
     assert_eq!(answer.text(), "done");
     let reqs = s.provider.requests();
@@ -238,7 +241,7 @@ async fn a_tool_call_then_an_answer_takes_two_requests() {
         vec![("c1".into(), false, r#"echo {"path":"a"}"#.into())]
     );
     assert_eq!(
-        tool_timeline(&s),
+        tool_timeline(&s).await,
         vec![
             ("c1".into(), "pending".into()),
             ("c1".into(), "running".into()),
@@ -262,7 +265,8 @@ async fn stop_with_an_open_tool_call_does_not_end_the_loop() {
             {"text": "done"}
         ]}),
         "{}",
-    );
+    )
+    .await;
     s.core.prompt(prompt(&s, "go")).await.unwrap();
     let reqs = s.provider.requests();
     assert_eq!(reqs.len(), 2, "the tool result had to be sent back");
@@ -279,7 +283,7 @@ async fn three_identical_calls_ask_doom_loop_and_nobody_attached_denies() {
         turns.push(json!({"tool_calls": [c]}));
     }
     turns.push(json!({"text": "never reached"}));
-    let s = setup(json!({ "turns": turns }), "{}");
+    let s = setup(json!({ "turns": turns }), "{}").await;
     let mut events = s.core.bus().subscribe();
     s.core.prompt(prompt(&s, "go")).await.unwrap();
     assert_eq!(
@@ -292,7 +296,7 @@ async fn three_identical_calls_ask_doom_loop_and_nobody_attached_denies() {
         2,
         "the third call never ran"
     );
-    let states = tool_states(&s);
+    let states = tool_states(&s).await;
     assert_eq!(states.len(), 3);
     match &states[2] {
         ToolState::Error {
@@ -321,7 +325,8 @@ async fn the_last_step_offers_no_tools_and_says_so() {
             {"text": "out of steps"}
         ]}),
         r#"{"agent": {"build": {"steps": 2}}}"#,
-    );
+    )
+    .await;
     s.core.prompt(prompt(&s, "go")).await.unwrap();
     let reqs = s.provider.requests();
     assert_eq!(reqs.len(), 2);
@@ -353,7 +358,8 @@ async fn bad_calls_become_error_parts_and_the_model_is_told() {
             {"text": "ok"}
         ]}),
         "{}",
-    );
+    )
+    .await;
     s.core.prompt(prompt(&s, "go")).await.unwrap();
     let reqs = s.provider.requests();
     let results = tool_results(&reqs[1]);
@@ -383,7 +389,7 @@ async fn bad_calls_become_error_parts_and_the_model_is_told() {
             .iter()
             .all(|r| r.starts_with("fail"))
     );
-    let timeline = tool_timeline(&s);
+    let timeline = tool_timeline(&s).await;
     for c in ["c1", "c2", "c3", "c4"] {
         let states: Vec<&str> = timeline
             .iter()
@@ -402,18 +408,19 @@ async fn a_denied_call_never_reaches_the_host() {
             {"text": "unreachable"}
         ]}),
         r#"{"permission": {"echo": {"*.env": "deny"}}}"#,
-    );
+    )
+    .await;
     s.core.prompt(prompt(&s, "go")).await.unwrap();
     assert!(s.tools.ran.lock().unwrap().is_empty());
     assert_eq!(s.provider.requests().len(), 1, "a denial stops the loop");
-    match &tool_states(&s)[0] {
+    match &tool_states(&s).await[0] {
         ToolState::Error { error, .. } => assert!(
             error.contains("denied by the rule `echo *.env deny`"),
             "{error}"
         ),
         other => panic!("{other:?}"),
     }
-    let audit = s.core.ledger().audit_trail(&s.session.id).unwrap();
+    let audit = s.core.ledger().audit_trail(&s.session.id).await.unwrap();
     assert_eq!(audit.len(), 1);
     assert_eq!(
         (audit[0].stage.as_str(), audit[0].decision.as_str()),
@@ -426,7 +433,7 @@ async fn provider_errors_end_on_the_message_not_in_a_panic() {
     let s = setup(
         json!({"turns": [{"error": {"kind": "bad-request", "message": "no such model", "status": 400}}]}),
         "{}",
-    );
+    ).await;
     let answer = s.core.prompt(prompt(&s, "go")).await.unwrap();
     match &answer.info {
         MessageInfo::Assistant(a) => assert_eq!(
@@ -449,7 +456,7 @@ async fn retryable_errors_are_retried_with_status_events() {
             {"text": "ok"}
         ]}),
         "{}",
-    );
+    ).await;
     let mut events = s.core.bus().subscribe();
     let answer = s.core.prompt(prompt(&s, "go")).await.unwrap();
     assert_eq!(answer.text(), "ok");
@@ -481,7 +488,7 @@ async fn a_step_over_the_context_limit_is_summarised_and_the_task_goes_on() {
             {"text": "done", "usage": {"input": 120, "output": 5}}
         ]}),
         "{}",
-    );
+    ).await;
     let answer = s.core.prompt(prompt(&s, "echo a")).await.unwrap();
     assert_eq!(answer.text(), "done");
     let reqs = s.provider.requests();
@@ -509,7 +516,7 @@ async fn a_step_over_the_context_limit_is_summarised_and_the_task_goes_on() {
         "tools are back after the summary"
     );
 
-    let msgs = s.core.ledger().messages(&s.session.id).unwrap();
+    let msgs = s.core.ledger().messages(&s.session.id).await.unwrap();
     let summaries: Vec<_> = msgs
         .iter()
         .filter_map(history::assistant)
@@ -528,14 +535,15 @@ async fn a_context_overflow_error_is_compacted_then_retried() {
             {"text": "answered after compaction"}
         ]}),
         "{}",
-    );
+    )
+    .await;
     let answer = s.core.prompt(prompt(&s, "hello")).await.unwrap();
     assert_eq!(answer.text(), "answered after compaction");
     let reqs = s.provider.requests();
     assert_eq!(reqs.len(), 3);
     assert_eq!(reqs[1].system, vec![compaction::SUMMARY_SYSTEM.to_string()]);
     assert!(texts(&reqs[2].messages[1]).contains("SUMMARY: nothing yet."));
-    let msgs = s.core.ledger().messages(&s.session.id).unwrap();
+    let msgs = s.core.ledger().messages(&s.session.id).await.unwrap();
     let first = msgs.iter().filter_map(history::assistant).next().unwrap();
     assert!(matches!(
         first.error,
@@ -561,7 +569,7 @@ async fn overflowing_again_right_after_a_compaction_stops_instead_of_looping() {
             {"text": "never"}
         ]}),
         "{}",
-    );
+    ).await;
     let mut events = s.core.bus().subscribe();
     s.core.prompt(prompt(&s, "hello")).await.unwrap();
     assert_eq!(s.provider.requests().len(), 3);
@@ -601,10 +609,11 @@ async fn a_call_that_fails_after_a_hook_rewrote_it_records_the_rewritten_input()
         "{}",
         tools,
         None,
-    );
+    )
+    .await;
     s.core.prompt(prompt(&s, "go")).await.unwrap();
     let rewritten = json!({"path": "rewritten"});
-    let states = tool_states(&s);
+    let states = tool_states(&s).await;
     assert_eq!(states.len(), 2, "{states:?}");
     match &states[0] {
         ToolState::Error {
@@ -632,7 +641,7 @@ async fn a_call_that_fails_after_a_hook_rewrote_it_records_the_rewritten_input()
         ]
     );
     assert_eq!(
-        tool_timeline(&s),
+        tool_timeline(&s).await,
         [
             ("c1".to_string(), "pending".to_string()),
             ("c1".to_string(), "running".to_string()),
@@ -647,6 +656,7 @@ async fn a_call_that_fails_after_a_hook_rewrote_it_records_the_rewritten_input()
         .core
         .ledger()
         .audit_trail(&s.session.id)
+        .await
         .unwrap()
         .into_iter()
         .filter(|a| a.call_id.as_deref() == Some("c1"))
@@ -682,7 +692,8 @@ async fn hook_tool_patterns_are_globs_with_alternatives() {
         "{}",
         tools,
         None,
-    );
+    )
+    .await;
     s.core.prompt(prompt(&s, "go")).await.unwrap();
     assert_eq!(
         *s.tools.ran.lock().unwrap(),
@@ -750,7 +761,8 @@ async fn an_always_answer_applies_at_once_to_a_later_call_of_the_same_step() {
         r#"{"permission": {"echo": "ask"}}"#,
         RustTools::default(),
         Some(remote as Arc<dyn warden_llm::Provider>),
-    );
+    )
+    .await;
     let _attached = s.core.permissions().attach();
     let mut events = s.core.bus().subscribe();
     let core = s.core.clone();
@@ -772,6 +784,7 @@ async fn an_always_answer_applies_at_once_to_a_later_call_of_the_same_step() {
     s.core
         .permissions()
         .reply(&asked.id, PermissionReply::Always)
+        .await
         .unwrap();
     // The first call ends before the model makes its second.
     loop {
@@ -819,6 +832,7 @@ async fn an_always_answer_applies_at_once_to_a_later_call_of_the_same_step() {
         .core
         .ledger()
         .audit_trail(&s.session.id)
+        .await
         .unwrap()
         .into_iter()
         .filter(|a| a.stage != "tool")

@@ -51,7 +51,7 @@ impl Bridge {
                     let reply = elicit(&peer, &request).await;
                     // A question already settled (cancelled, or allowed by an
                     // `always` meanwhile) has nothing left to answer.
-                    let _ = core.permissions().reply(&request.id, reply);
+                    let _ = core.permissions().reply(&request.id, reply).await;
                 });
             }
         });

@@ -46,7 +46,9 @@ pub struct WardenMcp {
 /// elicitation bridge while the client can answer questions.
 #[derive(Default)]
 struct Connection {
-    session: Mutex<Option<SessionId>>,
+    /// Async: held while the session is created, so two first calls at
+    /// once make one session.
+    session: tokio::sync::Mutex<Option<SessionId>>,
     caller: Mutex<String>,
     calls: AtomicU64,
     asker: Mutex<Option<ask::Bridge>>,
@@ -71,8 +73,8 @@ impl WardenMcp {
     }
 
     /// The connection's session, created at its first need.
-    fn session(&self) -> Result<SessionId, McpError> {
-        let mut slot = self.conn.session.lock().unwrap_or_else(|p| p.into_inner());
+    async fn session(&self) -> Result<SessionId, McpError> {
+        let mut slot = self.conn.session.lock().await;
         if let Some(id) = &*slot {
             return Ok(id.clone());
         }
@@ -85,6 +87,7 @@ impl WardenMcp {
         let info = self
             .core
             .create_session(&self.directory, &title)
+            .await
             .map_err(|e| McpError::internal_error(format!("cannot start a session: {e}"), None))?;
         *slot = Some(info.id.clone());
         Ok(info.id)
@@ -111,9 +114,9 @@ impl WardenMcp {
                 names.join(", ")
             ))]));
         };
-        let session_id = self.session()?;
+        let session_id = self.session().await?;
         let session =
-            self.core.ledger().session(&session_id).map_err(|e| {
+            self.core.ledger().session(&session_id).await.map_err(|e| {
                 McpError::internal_error(format!("cannot read the session: {e}"), None)
             })?;
         let agent = self
@@ -142,7 +145,7 @@ impl WardenMcp {
             duration_us: None,
             outcome: Some(def.id.clone()),
         };
-        if let Err(e) = self.core.ledger().audit(&entry) {
+        if let Err(e) = self.core.ledger().audit(&entry).await {
             // No call runs unaudited.
             return Err(McpError::internal_error(
                 format!("cannot write the audit trail: {e}"),
@@ -188,7 +191,7 @@ impl ServerHandler for WardenMcp {
         *self.conn.caller.lock().unwrap_or_else(|p| p.into_inner()) =
             format!("{} {}", info.name, info.version).trim().to_string();
         if request.capabilities.elicitation.is_some() {
-            let session = self.session()?;
+            let session = self.session().await?;
             let bridge = ask::Bridge::start(self.core.clone(), session, context.peer.clone());
             *self.conn.asker.lock().unwrap_or_else(|p| p.into_inner()) = Some(bridge);
         }

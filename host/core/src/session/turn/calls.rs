@@ -64,7 +64,7 @@ impl<'a> CallTable<'a> {
     }
 
     /// The call with this id, begun (pending) if the stream has not yet.
-    pub fn open(&mut self, call_id: &CallId, name: &str) -> Result<usize> {
+    pub async fn open(&mut self, call_id: &CallId, name: &str) -> Result<usize> {
         if let Some(idx) = self.index(call_id) {
             return Ok(idx);
         }
@@ -80,7 +80,7 @@ impl<'a> CallTable<'a> {
                 ignored: false,
             },
         };
-        self.ledger.transition(&part, &[])?;
+        self.ledger.transition(&part, &[]).await?;
         self.parts.push(part);
         Ok(self.parts.len() - 1)
     }
@@ -96,7 +96,7 @@ impl<'a> CallTable<'a> {
     }
 
     /// `pending → running`: the model finished the call.
-    pub fn start(
+    pub async fn start(
         &mut self,
         idx: usize,
         name: &str,
@@ -117,11 +117,11 @@ impl<'a> CallTable<'a> {
                 *r = raw.to_string();
             }
         }
-        self.apply(idx, &[], |s, now| s.start(input, now))
+        self.apply(idx, &[], |s, now| s.start(input, now)).await
     }
 
     /// `running → error`, with the arguments the call ended with when known.
-    pub fn fail(
+    pub async fn fail(
         &mut self,
         idx: usize,
         input: Option<Value>,
@@ -133,10 +133,11 @@ impl<'a> CallTable<'a> {
             Some(input) => s.fail_with(input, error, None, now),
             None => s.fail(error, None, now),
         })
+        .await
     }
 
     /// `running → completed`.
-    pub fn complete(
+    pub async fn complete(
         &mut self,
         idx: usize,
         input: Value,
@@ -146,11 +147,12 @@ impl<'a> CallTable<'a> {
         self.apply(idx, audit, |s, now| {
             s.complete(input, output.output, output.title, output.metadata, now)
         })
+        .await
     }
 
     /// A result lands only on a running call with that id; anything else
     /// is dropped (its audit rows are still kept).
-    pub fn finish(
+    pub async fn finish(
         &mut self,
         call_id: &CallId,
         outcome: CallOutcome,
@@ -164,18 +166,22 @@ impl<'a> CallTable<'a> {
                 %call_id,
                 "a result for a tool call that is not running here was dropped"
             );
-            return self.ledger.audit_all(audit);
+            return self.ledger.audit_all(audit).await;
         };
         match outcome {
-            CallOutcome::Completed { input, output } => self.complete(idx, input, output, audit),
-            CallOutcome::Failed { input, failure } => self.fail(idx, Some(input), &failure, audit),
+            CallOutcome::Completed { input, output } => {
+                self.complete(idx, input, output, audit).await
+            }
+            CallOutcome::Failed { input, failure } => {
+                self.fail(idx, Some(input), &failure, audit).await
+            }
         }
     }
 
     /// A guest's progress on a running call: the row is updated, the
     /// timeline is not (not a state change), and a chatty guest is written
     /// at most every [`PROGRESS_EVERY`].
-    pub fn progress(
+    pub async fn progress(
         &mut self,
         call_id: &CallId,
         title: Option<String>,
@@ -194,7 +200,8 @@ impl<'a> CallTable<'a> {
                 .is_none_or(|t| t.elapsed() >= PROGRESS_EVERY);
             if due {
                 self.ledger
-                    .put_part(&self.parts[idx], PartWrite::Delta(""))?;
+                    .put_part(&self.parts[idx], PartWrite::Delta(""))
+                    .await?;
                 self.progress_written
                     .insert(call_id.clone(), Instant::now());
             }
@@ -203,10 +210,10 @@ impl<'a> CallTable<'a> {
     }
 
     /// Cleanup: open calls become interrupted errors.
-    pub fn interrupt(&mut self, which: Open, reason: &str) -> Result<()> {
+    pub async fn interrupt(&mut self, which: Open, reason: &str) -> Result<()> {
         for idx in 0..self.parts.len() {
             if self.is_open(idx, which) {
-                self.interrupt_one(idx, reason, false)?;
+                self.interrupt_one(idx, reason, false).await?;
             }
         }
         Ok(())
@@ -215,10 +222,10 @@ impl<'a> CallTable<'a> {
     /// Before a retry: calls the model never finished making are
     /// interrupted and set aside, like the failed attempt's text, so the
     /// model is never shown them.
-    pub fn set_aside(&mut self, reason: &str) -> Result<()> {
+    pub async fn set_aside(&mut self, reason: &str) -> Result<()> {
         for idx in 0..self.parts.len() {
             if self.is_open(idx, Open::Pending) {
-                self.interrupt_one(idx, reason, true)?;
+                self.interrupt_one(idx, reason, true).await?;
             }
         }
         Ok(())
@@ -246,7 +253,12 @@ impl<'a> CallTable<'a> {
     /// is not dropped either: it gets a part of its own (its id suffixed, so
     /// every call stays paired with one result) that ends in an error the
     /// model is shown.
-    pub fn refuse_duplicate(&mut self, call_id: &CallId, name: &str, raw: &str) -> Result<()> {
+    pub async fn refuse_duplicate(
+        &mut self,
+        call_id: &CallId,
+        name: &str,
+        raw: &str,
+    ) -> Result<()> {
         let n = self
             .parts
             .iter()
@@ -257,29 +269,29 @@ impl<'a> CallTable<'a> {
             %call_id,
             "the model sent two calls with one id; the second is refused"
         );
-        let idx = self.open(&id, name)?;
+        let idx = self.open(&id, name).await?;
         let input = match serde_json::from_str::<Value>(raw) {
             Ok(v @ Value::Object(_)) => v,
             _ => json!({}),
         };
-        self.apply(idx, &[], |s, now| s.start(input, now))?;
+        self.apply(idx, &[], |s, now| s.start(input, now)).await?;
         let failure = CallFailure::DuplicateId {
             call_id: call_id.clone(),
             name: name.to_string(),
         };
-        self.fail(idx, None, &failure, &[])
+        self.fail(idx, None, &failure, &[]).await
     }
 
     /// Tool parts of a message a dead process left open become interrupted
     /// errors (the same transition cleanup applies, written the same way).
-    pub fn recover(ledger: &Ledger, parts: Vec<Part>, reason: &str) -> Result<()> {
+    pub async fn recover(ledger: &Ledger, parts: Vec<Part>, reason: &str) -> Result<()> {
         let now = now_ms();
         for mut part in parts {
             if let PartBody::Tool { state, .. } = &mut part.body
                 && let Some(next) = state.interrupt(reason, now)
             {
                 *state = next;
-                ledger.transition(&part, &[])?;
+                ledger.transition(&part, &[]).await?;
             }
         }
         Ok(())
@@ -293,14 +305,14 @@ impl<'a> CallTable<'a> {
         }
     }
 
-    fn interrupt_one(&mut self, idx: usize, reason: &str, set_aside: bool) -> Result<()> {
+    async fn interrupt_one(&mut self, idx: usize, reason: &str, set_aside: bool) -> Result<()> {
         let now = now_ms();
         if let PartBody::Tool { state, ignored, .. } = &mut self.parts[idx].body
             && let Some(next) = state.interrupt(reason, now)
         {
             *state = next;
             *ignored |= set_aside;
-            self.ledger.transition(&self.parts[idx], &[])?;
+            self.ledger.transition(&self.parts[idx], &[]).await?;
         }
         Ok(())
     }
@@ -308,7 +320,7 @@ impl<'a> CallTable<'a> {
     /// Apply a transition to call `idx` and record it with `audit`. An
     /// illegal transition is logged and not applied (the recorded history
     /// stays true); its audit rows are still kept.
-    fn apply(
+    async fn apply(
         &mut self,
         idx: usize,
         audit: &[AuditEntry],
@@ -321,10 +333,10 @@ impl<'a> CallTable<'a> {
                 Ok(next) => *state = next,
                 Err(e) => {
                     tracing::warn!(call_id = %call_id, "{e}");
-                    return self.ledger.audit_all(audit);
+                    return self.ledger.audit_all(audit).await;
                 }
             }
         }
-        self.ledger.transition(part, audit)
+        self.ledger.transition(part, audit).await
     }
 }

@@ -62,7 +62,7 @@ pub(super) async fn allowed(
     input: &Value,
 ) -> (bool, Vec<AuditEntry>) {
     let trail = Trail::new(ctx);
-    let rules = match rules.current(ledger) {
+    let rules = match rules.current(ledger).await {
         Ok(rules) => rules,
         Err(e) => {
             tracing::warn!("the session's rules could not be read for the doom-loop guard: {e}");

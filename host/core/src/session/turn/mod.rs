@@ -122,7 +122,7 @@ impl<'a> Turn<'a> {
             attempt += 1;
             self.saw_finish = false;
             // A runner that lost its lease sends no model request.
-            if let Err(e) = self.core.ledger.check_fence(&session_id) {
+            if let Err(e) = self.core.ledger.check_fence(&session_id).await {
                 break Err(Halt::Core(e));
             }
             marks.request(attempt);
@@ -136,7 +136,7 @@ impl<'a> Turn<'a> {
                 Err(h) => Err(h),
             };
             // This attempt's request, first token and finish, in one write.
-            marks.flush();
+            marks.flush().await;
             match r {
                 // Asking again would have the model call the same tools again,
                 // running their side effects twice: end the step with the calls
@@ -159,11 +159,12 @@ impl<'a> Turn<'a> {
                         // What the failed attempt streamed is closed and set aside
                         // (kept, but never shown to the model), so the retry's
                         // answer is not preceded by a fragment of itself.
-                        self.sink.close()?;
-                        self.sink.ignore_attempt()?;
+                        self.sink.close().await?;
+                        self.sink.ignore_attempt().await?;
                         self.calls
-                            .set_aside("the model's stream failed before the call was complete")?;
-                        marks.retry(attempt, wait, &e);
+                            .set_aside("the model's stream failed before the call was complete")
+                            .await?;
+                        marks.retry(attempt, wait, &e).await;
                         self.core.status.set(
                             &session_id,
                             SessionStatus::Retry {
@@ -226,26 +227,31 @@ impl<'a> Turn<'a> {
             Err(Halt::Core(e)) => {
                 self.runs.stop_all().await;
                 // Best effort: leave no open parts behind, then report the real failure.
-                let _ = self.sink.close();
-                let _ = self.calls.interrupt(
-                    Open::All,
-                    "warden stopped this step after an internal error",
-                );
+                let _ = self.sink.close().await;
+                let _ = self
+                    .calls
+                    .interrupt(
+                        Open::All,
+                        "warden stopped this step after an internal error",
+                    )
+                    .await;
                 self.step.info.time.completed = Some(now_ms());
                 let _ = self
                     .core
                     .ledger
-                    .put_message(&MessageInfo::Assistant(self.step.info.clone()));
+                    .put_message(&MessageInfo::Assistant(self.step.info.clone()))
+                    .await;
                 return Err(e);
             }
         };
 
-        self.sink.close()?;
-        self.calls.interrupt(Open::All, cleanup_reason)?;
+        self.sink.close().await?;
+        self.calls.interrupt(Open::All, cleanup_reason).await?;
         self.step.info.time.completed = Some(now_ms());
         self.core
             .ledger
-            .put_message(&MessageInfo::Assistant(self.step.info.clone()))?;
+            .put_message(&MessageInfo::Assistant(self.step.info.clone()))
+            .await?;
 
         Ok(if self.needs_compaction {
             Outcome::Compact
@@ -267,7 +273,7 @@ impl<'a> Turn<'a> {
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Err(Halt::Cancelled),
-                Some(fb) = rx.recv() => self.apply(fb)?,
+                Some(fb) = rx.recv() => self.apply(fb).await?,
                 ev = stream.next() => match ev {
                     Some(ev) => self.handle(ev).await?,
                     None => break,
@@ -297,7 +303,7 @@ impl<'a> Turn<'a> {
                     self.step.info.error.get_or_insert(MessageError::Aborted { message: "the session was cancelled".into() });
                     return Ok(true);
                 }
-                Some(fb) = rx.recv() => self.apply(fb)?,
+                Some(fb) = rx.recv() => self.apply(fb).await?,
                 // A call task that died without reporting (a bug, a panic) must
                 // not leave the step waiting for it forever.
                 Some(panicked) = self.runs.join_next() => {
@@ -305,7 +311,7 @@ impl<'a> Turn<'a> {
                         tracing::error!("a tool call task panicked; its part ends as an error");
                         self.runs.ended();
                         if self.runs.in_flight() == 0 {
-                            self.calls.interrupt(Open::All, "warden failed while running this call")?;
+                            self.calls.interrupt(Open::All, "warden failed while running this call").await?;
                         }
                     }
                 }
@@ -317,22 +323,22 @@ impl<'a> Turn<'a> {
     async fn handle(&mut self, ev: LlmEvent) -> Result<(), Halt> {
         match ev {
             LlmEvent::Start => {}
-            LlmEvent::StartStep => self.sink.write_new(PartBody::StepStart {})?,
-            LlmEvent::TextStart { id } => self.sink.start(id, false)?,
-            LlmEvent::ReasoningStart { id } => self.sink.start(id, true)?,
+            LlmEvent::StartStep => self.sink.write_new(PartBody::StepStart {}).await?,
+            LlmEvent::TextStart { id } => self.sink.start(id, false).await?,
+            LlmEvent::ReasoningStart { id } => self.sink.start(id, true).await?,
             // Some providers send deltas with no start: the first delta starts the part.
             LlmEvent::TextDelta { id, text } => {
-                self.sink.start(id.clone(), false)?;
-                self.sink.append(&id, &text)?;
+                self.sink.start(id.clone(), false).await?;
+                self.sink.append(&id, &text).await?;
             }
             LlmEvent::ReasoningDelta { id, text } => {
-                self.sink.start(id.clone(), true)?;
-                self.sink.append(&id, &text)?;
+                self.sink.start(id.clone(), true).await?;
+                self.sink.append(&id, &text).await?;
             }
-            LlmEvent::TextEnd { id } => self.sink.end(&id, None)?,
-            LlmEvent::ReasoningEnd { id, metadata } => self.sink.end(&id, metadata)?,
+            LlmEvent::TextEnd { id } => self.sink.end(&id, None).await?,
+            LlmEvent::ReasoningEnd { id, metadata } => self.sink.end(&id, metadata).await?,
             LlmEvent::ToolInputStart { call_id, name } => {
-                self.calls.open(&call_id.into(), &name)?;
+                self.calls.open(&call_id.into(), &name).await?;
             }
             LlmEvent::ToolInputDelta { call_id, delta } => {
                 self.calls.append_raw(&call_id.into(), &delta)
@@ -362,14 +368,16 @@ impl<'a> Turn<'a> {
                     metadata,
                 };
                 self.calls
-                    .finish(&call_id, CallOutcome::Completed { input, output }, &[])?;
+                    .finish(&call_id, CallOutcome::Completed { input, output }, &[])
+                    .await?;
             }
             LlmEvent::ToolError { call_id, error } => {
                 let call_id = CallId::from(call_id);
                 let input = self.calls.input(&call_id);
                 let failure = CallFailure::Guest(crate::tool::GuestError::Failed(error));
                 self.calls
-                    .finish(&call_id, CallOutcome::Failed { input, failure }, &[])?;
+                    .finish(&call_id, CallOutcome::Failed { input, failure }, &[])
+                    .await?;
             }
             LlmEvent::FinishStep { reason, usage, .. } => {
                 self.saw_finish = true;
@@ -379,14 +387,17 @@ impl<'a> Turn<'a> {
                 info.finish = Some(reason);
                 info.tokens = tokens;
                 info.cost += cost;
-                self.sink.write_new(PartBody::StepFinish {
-                    reason,
-                    tokens,
-                    cost,
-                })?;
+                self.sink
+                    .write_new(PartBody::StepFinish {
+                        reason,
+                        tokens,
+                        cost,
+                    })
+                    .await?;
                 self.core
                     .ledger
-                    .put_message(&MessageInfo::Assistant(self.step.info.clone()))?;
+                    .put_message(&MessageInfo::Assistant(self.step.info.clone()))
+                    .await?;
                 // A summary is allowed to be big: it is what makes room.
                 if !self.step.info.summary
                     && super::compaction::is_overflow(&tokens, &self.step.model.info)
@@ -414,9 +425,9 @@ impl<'a> Turn<'a> {
         raw: String,
         provider_executed: bool,
     ) -> Result<(), Halt> {
-        let idx = self.calls.open(&call_id, &name)?;
+        let idx = self.calls.open(&call_id, &name).await?;
         if !matches!(self.calls.state(idx), Some(ToolState::Pending { .. })) {
-            return Ok(self.calls.refuse_duplicate(&call_id, &name, &raw)?);
+            return Ok(self.calls.refuse_duplicate(&call_id, &name, &raw).await?);
         }
         // Arguments: JSON, and an object. Anything else still runs the machine
         // (pending → running → error) so the model is told what was wrong.
@@ -434,10 +445,12 @@ impl<'a> Turn<'a> {
         };
         let input = parsed.as_ref().cloned().unwrap_or_else(|_| json!({}));
         self.calls
-            .start(idx, &name, provider_executed, &raw, input.clone())?;
+            .start(idx, &name, provider_executed, &raw, input.clone())
+            .await?;
         if let Err(error) = parsed {
             self.calls
-                .fail(idx, None, &CallFailure::BadArguments(error), &[])?;
+                .fail(idx, None, &CallFailure::BadArguments(error), &[])
+                .await?;
             return Ok(());
         }
         if provider_executed {
@@ -449,7 +462,7 @@ impl<'a> Turn<'a> {
                 name,
                 offered: self.step.tools.iter().map(|t| t.id.clone()).collect(),
             };
-            self.calls.fail(idx, None, &failure, &[])?;
+            self.calls.fail(idx, None, &failure, &[]).await?;
             return Ok(());
         };
 
@@ -479,11 +492,11 @@ impl<'a> Turn<'a> {
                     tool: name,
                     times: doom::THRESHOLD,
                 };
-                self.calls.fail(idx, None, &failure, &audit)?;
+                self.calls.fail(idx, None, &failure, &audit).await?;
                 self.blocked = !self.core.config.experimental.continue_loop_on_deny;
                 return Ok(());
             }
-            self.core.ledger.audit_all(&audit)?;
+            self.core.ledger.audit_all(&audit).await?;
         }
 
         let env = CallEnv::new(
@@ -504,7 +517,7 @@ impl<'a> Turn<'a> {
         Ok(())
     }
 
-    fn apply(&mut self, fb: Feedback) -> Result<()> {
+    async fn apply(&mut self, fb: Feedback) -> Result<()> {
         match fb {
             Feedback::Done {
                 call_id,
@@ -518,13 +531,13 @@ impl<'a> Turn<'a> {
                 {
                     self.blocked = !self.core.config.experimental.continue_loop_on_deny;
                 }
-                self.calls.finish(&call_id, outcome, &audit)
+                self.calls.finish(&call_id, outcome, &audit).await
             }
             Feedback::Progress { call_id, slot } => {
                 let latest = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
                 // Progress for a call that already ended is dropped.
                 match latest {
-                    Some((title, metadata)) => self.calls.progress(&call_id, title, metadata),
+                    Some((title, metadata)) => self.calls.progress(&call_id, title, metadata).await,
                     None => Ok(()),
                 }
             }

@@ -45,13 +45,13 @@ impl<'a> PartsSink<'a> {
     }
 
     /// Write a new part of this message (step start and finish).
-    pub fn write_new(&mut self, body: PartBody) -> Result<()> {
+    pub async fn write_new(&mut self, body: PartBody) -> Result<()> {
         let part = self.new_part(body);
-        self.ledger.put_part(&part, PartWrite::Changed)
+        self.ledger.put_part(&part, PartWrite::Changed).await
     }
 
     /// A text (or reasoning) part begins; a second start of one id is a no-op.
-    pub fn start(&mut self, id: String, reasoning: bool) -> Result<()> {
+    pub async fn start(&mut self, id: String, reasoning: bool) -> Result<()> {
         if self.streamed.contains_key(&id) {
             return Ok(());
         }
@@ -75,7 +75,7 @@ impl<'a> PartsSink<'a> {
             }
         };
         let part = self.new_part(body);
-        self.ledger.put_part(&part, PartWrite::Changed)?;
+        self.ledger.put_part(&part, PartWrite::Changed).await?;
         self.streamed.insert(
             id,
             Streamed {
@@ -87,7 +87,7 @@ impl<'a> PartsSink<'a> {
         Ok(())
     }
 
-    pub fn append(&mut self, id: &str, delta: &str) -> Result<()> {
+    pub async fn append(&mut self, id: &str, delta: &str) -> Result<()> {
         let Some(s) = self.streamed.get_mut(id) else {
             return Ok(());
         };
@@ -97,14 +97,15 @@ impl<'a> PartsSink<'a> {
         s.unflushed.push_str(delta);
         if s.flushed_at.elapsed() >= FLUSH_EVERY {
             self.ledger
-                .put_part(&s.part, PartWrite::Delta(&s.unflushed))?;
+                .put_part(&s.part, PartWrite::Delta(&s.unflushed))
+                .await?;
             s.unflushed.clear();
             s.flushed_at = Instant::now();
         }
         Ok(())
     }
 
-    pub fn end(&mut self, id: &str, metadata: Option<Value>) -> Result<()> {
+    pub async fn end(&mut self, id: &str, metadata: Option<Value>) -> Result<()> {
         let Some(mut s) = self.streamed.remove(id) else {
             return Ok(());
         };
@@ -123,29 +124,29 @@ impl<'a> PartsSink<'a> {
             }
             _ => {}
         }
-        self.ledger.put_part(&s.part, PartWrite::Changed)?;
+        self.ledger.put_part(&s.part, PartWrite::Changed).await?;
         self.attempt.push(s.part);
         Ok(())
     }
 
     /// Close every text still streaming (at the end, or before a retry).
-    pub fn close(&mut self) -> Result<()> {
+    pub async fn close(&mut self) -> Result<()> {
         let ids: Vec<String> = self.streamed.keys().cloned().collect();
         for id in ids {
-            self.end(&id, None)?;
+            self.end(&id, None).await?;
         }
         Ok(())
     }
 
     /// Mark the text and reasoning of the failed attempt as ignored.
-    pub fn ignore_attempt(&mut self) -> Result<()> {
+    pub async fn ignore_attempt(&mut self) -> Result<()> {
         for mut part in std::mem::take(&mut self.attempt) {
             if let PartBody::Text { ignored, .. } | PartBody::Reasoning { ignored, .. } =
                 &mut part.body
             {
                 *ignored = true;
             }
-            self.ledger.put_part(&part, PartWrite::Changed)?;
+            self.ledger.put_part(&part, PartWrite::Changed).await?;
         }
         Ok(())
     }
