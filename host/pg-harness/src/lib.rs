@@ -70,7 +70,14 @@ pub fn database() -> String {
         NEXT_DB.fetch_add(1, Ordering::Relaxed)
     );
     let out = Command::new(c.bin.join("createdb"))
-        .args(["-h", "127.0.0.1", "-p", &c.port.to_string(), "-U", SUPERUSER])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &c.port.to_string(),
+            "-U",
+            SUPERUSER,
+        ])
         .arg(&name)
         .output()
         .unwrap_or_else(|e| panic!("pg-harness: cannot run createdb: {e}; {INSTALL}"));
@@ -116,20 +123,17 @@ impl Cluster {
             _watchdog: Mutex::new(watchdog),
         };
         runner.run(
-            Command::new(bin.join("initdb"))
-                .arg("-D")
-                .arg(&data)
-                .args([
-                    "-U",
-                    SUPERUSER,
-                    "-A",
-                    "trust",
-                    "-E",
-                    "UTF8",
-                    "--locale=C",
-                    "--no-sync",
-                    "--no-instructions",
-                ]),
+            Command::new(bin.join("initdb")).arg("-D").arg(&data).args([
+                "-U",
+                SUPERUSER,
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+                "--no-instructions",
+            ]),
             "initdb",
         )?;
         // A free port can be taken by someone else before the server binds
@@ -200,7 +204,8 @@ fn find_bin() -> Result<PathBuf, String> {
 
 /// A port of 127.0.0.1 free a moment ago.
 fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot find a free port: {e}"))?;
+    let l =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot find a free port: {e}"))?;
     l.local_addr()
         .map(|a| a.port())
         .map_err(|e| format!("cannot find a free port: {e}"))
