@@ -37,3 +37,44 @@ pub async fn open_store(location: &str) -> Result<Arc<dyn Store>, LedgerError> {
         .map_err(|e| LedgerError::Storage(format!("opening the ledger failed: {e}")))??;
     Ok(Arc::new(store))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_location_names_its_backend() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a").join("l.db");
+        let plain = open_store(&file.display().to_string()).await.unwrap();
+        assert_eq!(plain.name(), file.display().to_string());
+        drop(plain);
+        let prefixed = open_store(&format!("sqlite:{}", file.display()))
+            .await
+            .unwrap();
+        assert_eq!(prefixed.name(), file.display().to_string());
+
+        let url = warden_pg_harness::database();
+        let pg = open_store(&url).await.unwrap();
+        assert_eq!(pg.name(), url);
+        let pg = open_store(&url.replacen("postgres://", "postgresql://", 1))
+            .await
+            .unwrap();
+        assert!(pg.sessions().await.unwrap().is_empty());
+
+        for bad in ["mysql://u:secret@h/d", "", "sqlite:"] {
+            match open_store(bad).await {
+                Err(LedgerError::Storage(m)) => {
+                    assert!(m.contains("not a ledger location"), "{m}");
+                    assert!(
+                        m.contains("sqlite:PATH") && m.contains("postgres://"),
+                        "{m}"
+                    );
+                    assert!(!m.contains("secret"), "{m}");
+                }
+                Err(other) => panic!("{bad:?}: {other:?}"),
+                Ok(_) => panic!("{bad:?} opened"),
+            }
+        }
+    }
+}

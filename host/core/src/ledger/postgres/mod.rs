@@ -364,7 +364,68 @@ impl Store for PgStore {
 
 #[cfg(test)]
 mod tests {
-    use super::without_password;
+    use super::*;
+
+    /// Stores opening one new database at once migrate it once; a schema
+    /// from a newer warden is refused, naming the ledger without its password.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_schema_is_migrated_once_and_a_newer_one_refused() {
+        let url = warden_pg_harness::database();
+        let (a, b) = tokio::join!(PgStore::open(&url), PgStore::open(&url));
+        let (a, _b) = (a.unwrap(), b.unwrap());
+        let c = a.client().await.unwrap();
+        let version: i64 = c
+            .query_one("SELECT version FROM warden_schema", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(version, schema::MIGRATIONS.len() as i64);
+        let rows = c.query("SELECT * FROM warden_schema", &[]).await.unwrap();
+        assert_eq!(rows.len(), 1);
+        c.execute("UPDATE warden_schema SET version = 99", &[])
+            .await
+            .unwrap();
+        let with_password = url.replacen("postgres@", "postgres:hunter2@", 1);
+        match PgStore::open(&with_password).await {
+            Err(LedgerError::TooNew {
+                path,
+                found,
+                supported,
+            }) => {
+                assert_eq!((path, found, supported), (url.clone(), 99, 1));
+            }
+            Err(other) => panic!("expected a refused schema, got {other:?}"),
+            Ok(_) => panic!("a newer schema was opened"),
+        }
+    }
+
+    /// A server that is not there is an error naming it, not a hang or a panic.
+    #[tokio::test]
+    async fn an_unreachable_server_is_a_clear_error() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("postgres://w:pw@127.0.0.1:{port}/ledger");
+        match PgStore::open(&url).await {
+            Err(LedgerError::Storage(m)) => {
+                assert!(
+                    m.starts_with(&format!(
+                        "cannot reach the ledger at postgres://w@127.0.0.1:{port}/ledger"
+                    )),
+                    "{m}"
+                );
+            }
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("opened a ledger on a closed port"),
+        }
+        match PgStore::open("postgres://w@127.0.0.1:notaport/x").await {
+            Err(LedgerError::Storage(m)) => assert!(m.contains("is not a PostgreSQL URL"), "{m}"),
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("opened a bad URL"),
+        }
+    }
 
     #[test]
     fn names_leave_the_password_out() {
