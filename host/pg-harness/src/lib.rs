@@ -349,4 +349,77 @@ mod tests {
             b.rsplit('/').next().expect("a name")
         );
     }
+
+    /// Started by `a_killed_test_process_leaves_no_cluster`: starts the
+    /// cluster, says where it is, and waits to be killed.
+    #[test]
+    #[ignore = "run by a_killed_test_process_leaves_no_cluster, in a child process"]
+    fn child_starts_a_cluster_and_waits() {
+        let c = cluster();
+        let pid = std::fs::read_to_string(c.dir().join("data").join("postmaster.pid"))
+            .expect("the server's pid file");
+        let pid = pid.lines().next().expect("a pid").trim().to_string();
+        println!("CLUSTER {} {pid}", c.dir().display());
+        std::io::stdout().flush().expect("stdout");
+        std::thread::sleep(Duration::from_secs(600));
+    }
+
+    /// A test process killed outright (SIGKILL: no destructor, no atexit)
+    /// leaves no server running and no folder behind.
+    #[test]
+    fn a_killed_test_process_leaves_no_cluster() {
+        use std::io::BufRead;
+        let mut child = Command::new(std::env::current_exe().expect("this test binary"))
+            .args([
+                "--exact",
+                "tests::child_starts_a_cluster_and_waits",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the child test runs");
+        let stdout = child.stdout.take().expect("its stdout");
+        let line = std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(|l| l.ok())
+            .find_map(|l| l.split_once("CLUSTER ").map(|(_, rest)| rest.to_string()))
+            .expect("the child says where its cluster is");
+        let mut words = line.split_whitespace();
+        let dir = PathBuf::from(words.next().expect("a folder"));
+        let pid = words.next().expect("a pid").to_string();
+        assert!(dir.is_dir());
+        assert!(
+            Path::new(&format!("/proc/{pid}")).exists(),
+            "the server runs"
+        );
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+        // The watchdog notices the closed pipe at once; how long pg_ctl
+        // takes is not what is checked, so wait generously for it.
+        let until = Instant::now() + Duration::from_secs(120);
+        while (dir.exists() || Path::new(&format!("/proc/{pid}")).exists())
+            && Instant::now() < until
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(!dir.exists(), "{} is left behind", dir.display());
+        assert!(
+            !running(&pid),
+            "the server (pid {pid}) outlived its test process"
+        );
+    }
+
+    /// Whether process `pid` runs (a zombie waiting to be reaped does not).
+    fn running(pid: &str) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next().map(|st| st != "Z"))
+            })
+            .unwrap_or(false)
+    }
 }
