@@ -189,7 +189,7 @@ fn find_bin() -> Result<PathBuf, String> {
             Some((v, e.path().join("bin")))
         })
         .collect();
-    debian.sort_by(|a, b| b.0.cmp(&a.0));
+    debian.sort_by_key(|d| std::cmp::Reverse(d.0));
     // The versioned folders first: PATH may hold only the client wrappers.
     let mut all: Vec<PathBuf> = debian.into_iter().map(|(_, p)| p).collect();
     all.append(&mut candidates);

@@ -2,7 +2,7 @@
 //! (SQLite packs a tool call's entries into one row; both read back the
 //! same entries, numbered from 1.)
 
-use tokio_postgres::{GenericClient, Transaction};
+use deadpool_postgres::{GenericClient, Transaction};
 use warden_protocol::{MessageId, SessionId};
 
 use super::Result;
@@ -21,13 +21,13 @@ pub async fn insert(tx: &Transaction<'_>, entries: &[AuditEntry]) -> Result<()> 
 /// One entry; `seq` given (an import) or the session's next.
 pub async fn insert_one(tx: &Transaction<'_>, e: &AuditEntry, seq: Option<i64>) -> Result<()> {
     tx.execute(
-        "INSERT INTO audit (session_id, seq, message_id, call_id, at, stage, subject,
+        &tx.prepare_cached("INSERT INTO audit (session_id, seq, message_id, call_id, at, stage, subject,
                             plugin_hash, decision, rule, duration_us, outcome)
          SELECT s.id,
                 COALESCE($12, (SELECT COALESCE(MAX(seq), 0) + 1 FROM audit WHERE session_id = s.id)),
                 (SELECT m.id FROM message m WHERE m.session_id = s.id AND m.id = $2),
                 $3, $4, $5, $6, $7, $8, $9, $10, $11
-         FROM session s WHERE s.id = $1",
+         FROM session s WHERE s.id = $1").await?,
         &[
             &e.session_id.as_str(),
             &e.message_id.as_ref().map(|m| m.as_str()),
@@ -51,9 +51,12 @@ pub async fn insert_one(tx: &Transaction<'_>, e: &AuditEntry, seq: Option<i64>) 
 pub async fn read(c: &impl GenericClient, session: &SessionId) -> Result<Vec<AuditEntry>> {
     let rows = c
         .query(
-            "SELECT message_id, call_id, at, stage, subject, plugin_hash, decision, rule,
+            &c.prepare_cached(
+                "SELECT message_id, call_id, at, stage, subject, plugin_hash, decision, rule,
                     duration_us, outcome
              FROM audit WHERE session_id = $1 ORDER BY seq",
+            )
+            .await?,
             &[&session.as_str()],
         )
         .await?;

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use tokio_postgres::Transaction;
+use deadpool_postgres::Transaction;
 use warden_protocol::SessionId;
 
 use super::{Result, audit, messages, phase, sessions, timeline};
@@ -17,7 +17,8 @@ pub async fn export(tx: &Transaction<'_>, id: &SessionId) -> Result<Option<Sessi
     };
     let updated: HashMap<String, i64> = tx
         .query(
-            "SELECT id, updated_at FROM message WHERE session_id = $1",
+            &tx.prepare_cached("SELECT id, updated_at FROM message WHERE session_id = $1")
+                .await?,
             &[&id.as_str()],
         )
         .await?
@@ -48,7 +49,8 @@ pub async fn import(tx: &Transaction<'_>, export: &SessionExport) -> Result<bool
     let id = &export.session.id;
     // Two imports of one session at once: the second waits, then sees it.
     tx.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+        &tx.prepare_cached("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+            .await?,
         &[&id.as_str()],
     )
     .await?;
@@ -59,8 +61,11 @@ pub async fn import(tx: &Transaction<'_>, export: &SessionExport) -> Result<bool
     for m in &export.messages {
         let body = messages::encode_message(&m.info)?;
         tx.execute(
-            "INSERT INTO message (session_id, id, role, info, created_at, updated_at)
+            &tx.prepare_cached(
+                "INSERT INTO message (session_id, id, role, info, created_at, updated_at)
              VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .await?,
             &[
                 &id.as_str(),
                 &m.info.id().as_str(),

@@ -2,7 +2,7 @@
 //! with its holder, expiry (on the database's clock) and epoch. The row
 //! outlives a release (holder emptied), so epochs only grow.
 
-use tokio_postgres::GenericClient;
+use deadpool_postgres::GenericClient;
 use warden_protocol::{Millis, SessionId};
 
 use super::{NOW, PgClient, Result};
@@ -23,16 +23,19 @@ pub async fn acquire(
     // A row to lock even for a session that never had a runner (epoch 0,
     // held by no one); a second process doing the same waits for this one.
     tx.execute(
-        "INSERT INTO runner_lease (session_id, holder, expires_at, epoch) VALUES ($1, '', 0, 0)
+        &tx.prepare_cached(
+            "INSERT INTO runner_lease (session_id, holder, expires_at, epoch) VALUES ($1, '', 0, 0)
          ON CONFLICT (session_id) DO NOTHING",
+        )
+        .await?,
         &[&session.as_str()],
     )
     .await?;
     let row = tx
         .query_one(
-            &format!(
+            &tx.prepare_cached(&format!(
                 "SELECT holder, expires_at, epoch, {NOW} FROM runner_lease WHERE session_id = $1 FOR UPDATE"
-            ),
+            )).await?,
             &[&session.as_str()],
         )
         .await?;
@@ -52,7 +55,7 @@ pub async fn acquire(
         epoch + 1
     };
     tx.execute(
-        "UPDATE runner_lease SET holder = $2, expires_at = $3, epoch = $4 WHERE session_id = $1",
+        &tx.prepare_cached("UPDATE runner_lease SET holder = $2, expires_at = $3, epoch = $4 WHERE session_id = $1").await?,
         &[&session.as_str(), &holder, &(now + ttl_ms), &epoch],
     )
     .await?;
@@ -72,10 +75,11 @@ pub async fn renew(
 ) -> Result<bool> {
     let n = c
         .execute(
-            &format!(
+            &c.prepare_cached(&format!(
                 "UPDATE runner_lease SET expires_at = {NOW} + $4
                  WHERE session_id = $1 AND holder = $2 AND epoch = $3"
-            ),
+            ))
+            .await?,
             &[&session.as_str(), &fence.holder, &fence.epoch, &ttl_ms],
         )
         .await?;
@@ -86,7 +90,7 @@ pub async fn renew(
 pub async fn all(c: &impl GenericClient) -> Result<Vec<(SessionId, String, Millis)>> {
     Ok(c
         .query(
-            "SELECT session_id, holder, expires_at FROM runner_lease WHERE holder <> '' ORDER BY session_id",
+            &c.prepare_cached("SELECT session_id, holder, expires_at FROM runner_lease WHERE holder <> '' ORDER BY session_id").await?,
             &[],
         )
         .await?
@@ -98,8 +102,11 @@ pub async fn all(c: &impl GenericClient) -> Result<Vec<(SessionId, String, Milli
 /// Give the lease back if `fence` is still current; the row stays.
 pub async fn release(c: &impl GenericClient, session: &SessionId, fence: &Fence) -> Result<()> {
     c.execute(
-        "UPDATE runner_lease SET holder = '', expires_at = 0
+        &c.prepare_cached(
+            "UPDATE runner_lease SET holder = '', expires_at = 0
          WHERE session_id = $1 AND holder = $2 AND epoch = $3",
+        )
+        .await?,
         &[&session.as_str(), &fence.holder, &fence.epoch],
     )
     .await?;
@@ -121,7 +128,10 @@ pub async fn check_fence(
         "SELECT 1 FROM runner_lease WHERE session_id = $1 AND holder = $2 AND epoch = $3"
     };
     let held = c
-        .query_opt(sql, &[&session.as_str(), &fence.holder, &fence.epoch])
+        .query_opt(
+            &c.prepare_cached(sql).await?,
+            &[&session.as_str(), &fence.holder, &fence.epoch],
+        )
         .await?
         .is_some();
     if held {

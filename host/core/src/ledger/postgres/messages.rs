@@ -1,7 +1,7 @@
 //! Message and part rows in PostgreSQL: ids and role in columns, the
 //! header or part body as its whole JSON.
 
-use tokio_postgres::{GenericClient, Transaction};
+use deadpool_postgres::{GenericClient, Transaction};
 use warden_protocol::{MessageInfo, MessageWithParts, Part, SessionId};
 
 use super::{NOW, Result, decode};
@@ -19,12 +19,13 @@ pub fn encode_part(part: &Part) -> Result<String> {
 pub async fn put_message(tx: &Transaction<'_>, info: &MessageInfo, body: &str) -> Result<bool> {
     let n = tx
         .execute(
-            &format!(
+            &tx.prepare_cached(&format!(
                 "INSERT INTO message (session_id, id, role, info, created_at, updated_at)
                  SELECT id, $2, $3, $4, $5, {NOW} FROM session WHERE id = $1
                  ON CONFLICT (session_id, id) DO UPDATE
                  SET info = excluded.info, updated_at = excluded.updated_at"
-            ),
+            ))
+            .await?,
             &[
                 &info.session_id().as_str(),
                 &info.id().as_str(),
@@ -42,9 +43,12 @@ pub async fn put_message(tx: &Transaction<'_>, info: &MessageInfo, body: &str) -
 pub async fn put_part(tx: &Transaction<'_>, part: &Part, body: &str) -> Result<()> {
     let n = tx
         .execute(
-            "INSERT INTO part (session_id, message_id, id, body)
+            &tx.prepare_cached(
+                "INSERT INTO part (session_id, message_id, id, body)
              SELECT session_id, id, $3, $4 FROM message WHERE session_id = $1 AND id = $2
              ON CONFLICT (session_id, message_id, id) DO UPDATE SET body = excluded.body",
+            )
+            .await?,
             &[
                 &part.session_id.as_str(),
                 &part.message_id.as_str(),
@@ -69,7 +73,8 @@ pub async fn put_part(tx: &Transaction<'_>, part: &Part, body: &str) -> Result<(
 pub async fn read(c: &impl GenericClient, session: &SessionId) -> Result<Vec<MessageWithParts>> {
     let headers = c
         .query(
-            "SELECT id, info FROM message WHERE session_id = $1 ORDER BY id",
+            &c.prepare_cached("SELECT id, info FROM message WHERE session_id = $1 ORDER BY id")
+                .await?,
             &[&session.as_str()],
         )
         .await?;
@@ -84,7 +89,7 @@ pub async fn read(c: &impl GenericClient, session: &SessionId) -> Result<Vec<Mes
     }
     let parts = c
         .query(
-            "SELECT message_id, id, body FROM part WHERE session_id = $1 ORDER BY message_id, id",
+            &c.prepare_cached("SELECT message_id, id, body FROM part WHERE session_id = $1 ORDER BY message_id, id").await?,
             &[&session.as_str()],
         )
         .await?;

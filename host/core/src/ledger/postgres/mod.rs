@@ -25,8 +25,10 @@ mod timeline;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio_postgres::{NoTls, Transaction};
+use deadpool_postgres::{
+    GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod, Transaction,
+};
+use tokio_postgres::NoTls;
 use warden_protocol::{
     MessageId, MessageInfo, MessageWithParts, Millis, Part, SessionId, SessionInfo,
 };
@@ -95,7 +97,7 @@ impl PgStore {
     ) -> Result<deadpool_postgres::Transaction<'c>> {
         let tx = client.transaction().await?;
         if let Some(fence) = fence {
-            lease::check_fence(&*tx, session, fence, true).await?;
+            lease::check_fence(&tx, session, fence, true).await?;
         }
         Ok(tx)
     }
@@ -159,7 +161,8 @@ fn decode<T: serde::de::DeserializeOwned>(text: &str, what: impl FnOnce() -> Str
 /// session (timeline, audit, phases) are given out one writer at a time.
 async fn lock_session(tx: &Transaction<'_>, session: &SessionId) -> Result<()> {
     tx.query_opt(
-        "SELECT 1 FROM session WHERE id = $1 FOR NO KEY UPDATE",
+        &tx.prepare_cached("SELECT 1 FROM session WHERE id = $1 FOR NO KEY UPDATE")
+            .await?,
         &[&session.as_str()],
     )
     .await?;
@@ -174,17 +177,17 @@ impl Store for PgStore {
 
     async fn create_session(&self, info: &SessionInfo) -> Result<()> {
         let c = self.client().await?;
-        sessions::create(&**c, info).await
+        sessions::create(&c, info).await
     }
 
     async fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>> {
         let c = self.client().await?;
-        sessions::get(&**c, id).await
+        sessions::get(&c, id).await
     }
 
     async fn sessions(&self) -> Result<Vec<SessionInfo>> {
         let c = self.client().await?;
-        sessions::all(&**c).await
+        sessions::all(&c).await
     }
 
     async fn update_permission(
@@ -198,7 +201,7 @@ impl Store for PgStore {
         if !sessions::update_permission(&tx, id, change).await? {
             return Ok(None);
         }
-        let after = sessions::get(&*tx, id).await?;
+        let after = sessions::get(&tx, id).await?;
         tx.commit().await?;
         Ok(after)
     }
@@ -253,12 +256,12 @@ impl Store for PgStore {
 
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
         let c = self.client().await?;
-        messages::read(&**c, session).await
+        messages::read(&c, session).await
     }
 
     async fn part_events(&self, session: &SessionId) -> Result<Vec<PartEvent>> {
         let c = self.client().await?;
-        timeline::read(&**c, session).await
+        timeline::read(&c, session).await
     }
 
     async fn audit(
@@ -277,7 +280,7 @@ impl Store for PgStore {
 
     async fn audit_trail(&self, session: &SessionId) -> Result<Vec<AuditEntry>> {
         let c = self.client().await?;
-        audit::read(&**c, session).await
+        audit::read(&c, session).await
     }
 
     async fn mark_phases(
@@ -297,7 +300,7 @@ impl Store for PgStore {
 
     async fn phases(&self, session: &SessionId) -> Result<Vec<Phase>> {
         let c = self.client().await?;
-        phase::read(&**c, session).await
+        phase::read(&c, session).await
     }
 
     async fn acquire_lease(
@@ -313,22 +316,22 @@ impl Store for PgStore {
 
     async fn renew_lease(&self, session: &SessionId, fence: &Fence, ttl_ms: i64) -> Result<bool> {
         let c = self.client().await?;
-        lease::renew(&**c, session, fence, ttl_ms).await
+        lease::renew(&c, session, fence, ttl_ms).await
     }
 
     async fn release_lease(&self, session: &SessionId, fence: &Fence) -> Result<()> {
         let c = self.client().await?;
-        lease::release(&**c, session, fence).await
+        lease::release(&c, session, fence).await
     }
 
     async fn leases(&self) -> Result<Vec<(SessionId, String, Millis)>> {
         let c = self.client().await?;
-        lease::all(&**c).await
+        lease::all(&c).await
     }
 
     async fn check_fence(&self, session: &SessionId, fence: &Fence) -> Result<()> {
         let c = self.client().await?;
-        lease::check_fence(&**c, session, fence, false).await
+        lease::check_fence(&c, session, fence, false).await
     }
 
     async fn checkpoint(&self) -> Result<()> {

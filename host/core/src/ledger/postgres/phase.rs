@@ -1,7 +1,7 @@
 //! Phase marks in PostgreSQL: one row per mark, numbered per session, a
 //! numeric kind and the kind's fields in columns, as SQLite keeps them.
 
-use tokio_postgres::{GenericClient, Transaction};
+use deadpool_postgres::{GenericClient, Transaction};
 use warden_protocol::{MessageId, Millis, SessionId};
 
 use super::Result;
@@ -79,12 +79,15 @@ pub async fn insert_one(
 ) -> Result<()> {
     let (attempt, until, detail) = columns(k);
     tx.execute(
-        "INSERT INTO phase (session_id, seq, message_id, at, kind, attempt, until_at, detail)
+        &tx.prepare_cached(
+            "INSERT INTO phase (session_id, seq, message_id, at, kind, attempt, until_at, detail)
          SELECT s.id,
                 COALESCE($8, (SELECT COALESCE(MAX(seq), 0) + 1 FROM phase WHERE session_id = s.id)),
                 (SELECT m.id FROM message m WHERE m.session_id = s.id AND m.id = $2),
                 $3, $4, $5, $6, $7
          FROM session s WHERE s.id = $1",
+        )
+        .await?,
         &[
             &session.as_str(),
             &message.map(|m| m.as_str()),
@@ -105,8 +108,11 @@ pub async fn insert_one(
 pub async fn read(c: &impl GenericClient, session: &SessionId) -> Result<Vec<Phase>> {
     let rows = c
         .query(
-            "SELECT seq, at, message_id, kind, attempt, until_at, detail
+            &c.prepare_cached(
+                "SELECT seq, at, message_id, kind, attempt, until_at, detail
              FROM phase WHERE session_id = $1 ORDER BY seq",
+            )
+            .await?,
             &[&session.as_str()],
         )
         .await?;

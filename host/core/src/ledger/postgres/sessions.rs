@@ -1,7 +1,8 @@
 //! Session rows in PostgreSQL: create, read, change the session's own
 //! rules, touch, delete with everything recorded about it.
 
-use tokio_postgres::{GenericClient, Row, Transaction};
+use deadpool_postgres::{GenericClient, Transaction};
+use tokio_postgres::Row;
 use warden_protocol::{Rule, SessionId, SessionInfo, SessionTime};
 
 use super::{NOW, Result, decode};
@@ -14,7 +15,7 @@ pub async fn create(c: &impl GenericClient, info: &SessionInfo) -> Result<()> {
     let rules = serde_json::to_string(&info.permission)
         .map_err(|e| LedgerError::encode("permission rules", e))?;
     c.execute(
-        "INSERT INTO session (id, title, directory, permission, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6)",
+        &c.prepare_cached("INSERT INTO session (id, title, directory, permission, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6)").await?,
         &[
             &info.id.as_str(),
             &info.title,
@@ -30,7 +31,8 @@ pub async fn create(c: &impl GenericClient, info: &SessionInfo) -> Result<()> {
 
 pub async fn get(c: &impl GenericClient, id: &SessionId) -> Result<Option<SessionInfo>> {
     c.query_opt(
-        &format!("SELECT {COLUMNS} FROM session WHERE id = $1"),
+        &c.prepare_cached(&format!("SELECT {COLUMNS} FROM session WHERE id = $1"))
+            .await?,
         &[&id.as_str()],
     )
     .await?
@@ -41,7 +43,8 @@ pub async fn get(c: &impl GenericClient, id: &SessionId) -> Result<Option<Sessio
 /// Every session, newest first.
 pub async fn all(c: &impl GenericClient) -> Result<Vec<SessionInfo>> {
     c.query(
-        &format!("SELECT {COLUMNS} FROM session ORDER BY id DESC"),
+        &c.prepare_cached(&format!("SELECT {COLUMNS} FROM session ORDER BY id DESC"))
+            .await?,
         &[],
     )
     .await?
@@ -60,7 +63,8 @@ pub async fn update_permission(
 ) -> Result<bool> {
     let Some(current) = tx
         .query_opt(
-            "SELECT permission FROM session WHERE id = $1 FOR UPDATE",
+            &tx.prepare_cached("SELECT permission FROM session WHERE id = $1 FOR UPDATE")
+                .await?,
             &[&id.as_str()],
         )
         .await?
@@ -73,7 +77,10 @@ pub async fn update_permission(
     let body =
         serde_json::to_string(&rules).map_err(|e| LedgerError::encode("permission rules", e))?;
     tx.execute(
-        &format!("UPDATE session SET permission = $2, updated_at = {NOW} WHERE id = $1"),
+        &tx.prepare_cached(&format!(
+            "UPDATE session SET permission = $2, updated_at = {NOW} WHERE id = $1"
+        ))
+        .await?,
         &[&id.as_str(), &body],
     )
     .await?;
@@ -84,12 +91,17 @@ pub async fn update_permission(
 /// lease; `false` if there was none.
 pub async fn delete(tx: &Transaction<'_>, id: &SessionId) -> Result<bool> {
     tx.execute(
-        "DELETE FROM runner_lease WHERE session_id = $1",
+        &tx.prepare_cached("DELETE FROM runner_lease WHERE session_id = $1")
+            .await?,
         &[&id.as_str()],
     )
     .await?;
     Ok(tx
-        .execute("DELETE FROM session WHERE id = $1", &[&id.as_str()])
+        .execute(
+            &tx.prepare_cached("DELETE FROM session WHERE id = $1")
+                .await?,
+            &[&id.as_str()],
+        )
         .await?
         > 0)
 }
@@ -99,7 +111,10 @@ pub async fn delete(tx: &Transaction<'_>, id: &SessionId) -> Result<bool> {
 pub async fn touch(tx: &Transaction<'_>, id: &SessionId) -> Result<bool> {
     Ok(tx
         .execute(
-            &format!("UPDATE session SET updated_at = {NOW} WHERE id = $1"),
+            &tx.prepare_cached(&format!(
+                "UPDATE session SET updated_at = {NOW} WHERE id = $1"
+            ))
+            .await?,
             &[&id.as_str()],
         )
         .await?

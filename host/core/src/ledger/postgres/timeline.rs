@@ -4,7 +4,7 @@
 //! the same way, through SQLite's own encoding of a state
 //! (`sqlite/timeline.rs`), so both backends replay a call identically.
 
-use tokio_postgres::{GenericClient, Transaction};
+use deadpool_postgres::{GenericClient, Transaction};
 use warden_protocol::{MessageId, Millis, Part, PartBody, SessionId, ToolState};
 
 use super::{NOW, Result};
@@ -34,12 +34,12 @@ pub async fn insert_row(
     adds: Option<&str>,
 ) -> Result<()> {
     tx.execute(
-        &format!(
+        &tx.prepare_cached(&format!(
             "INSERT INTO part_event (session_id, seq, message_id, part_id, status, at, adds)
              VALUES ($1,
                      COALESCE($6, (SELECT COALESCE(MAX(seq), 0) + 1 FROM part_event WHERE session_id = $1)),
                      $2, $3, $4, COALESCE($5, {NOW}), $7)"
-        ),
+        )).await?,
         &[
             &part.session_id.as_str(),
             &part.message_id.as_str(),
@@ -58,11 +58,14 @@ pub async fn insert_row(
 pub async fn read(c: &impl GenericClient, session: &SessionId) -> Result<Vec<PartEvent>> {
     let rows = c
         .query(
-            "SELECT e.seq, e.at, e.message_id, e.part_id, e.status, e.adds, p.body
+            &c.prepare_cached(
+                "SELECT e.seq, e.at, e.message_id, e.part_id, e.status, e.adds, p.body
              FROM part_event e
              LEFT JOIN part p ON p.session_id = e.session_id AND p.message_id = e.message_id
                               AND p.id = e.part_id
              WHERE e.session_id = $1 ORDER BY e.seq",
+            )
+            .await?,
             &[&session.as_str()],
         )
         .await?;
