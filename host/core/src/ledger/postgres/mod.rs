@@ -23,6 +23,7 @@ mod sessions;
 mod timeline;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{
@@ -46,6 +47,11 @@ pub(crate) type PgClient = deadpool_postgres::Object;
 /// The database's clock, in ms since the epoch (the clock hosts agree on).
 const NOW: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
+/// How long connecting (or checking a pooled connection) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a call may wait for a free connection of the pool.
+const POOL_WAIT: Duration = Duration::from_secs(60);
+
 /// The PostgreSQL ledger.
 pub struct PgStore {
     /// The URL without its password.
@@ -59,11 +65,16 @@ impl PgStore {
     /// is refused.
     pub async fn open(url: &str) -> Result<PgStore> {
         let name = without_password(url);
-        let config: tokio_postgres::Config = url.parse().map_err(|e| {
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
             LedgerError::Storage(format!(
                 "{name} is not a PostgreSQL URL ({e}); write postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
             ))
         })?;
+        // A server that does not answer (a dropped route, a host gone) is an
+        // error after a while, never a call that waits forever.
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -73,6 +84,9 @@ impl PgStore {
         );
         let pool = Pool::builder(manager)
             .max_size(16)
+            .wait_timeout(Some(POOL_WAIT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| LedgerError::Storage(format!("cannot set up the pool for {name}: {e}")))?;
