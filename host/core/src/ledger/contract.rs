@@ -331,17 +331,25 @@ pub(crate) async fn two_stores_taking_one_lease_at_once_get_one_fence(place: Pla
     stores[1].check_fence(&s.id, &won[0]).await.unwrap();
 }
 
-/// Rule changes and numbered appends (audit, phases) from two stores at
-/// once all land: no change is lost, no number given twice.
+/// Rule changes and numbered appends (tool states with their audit, audit,
+/// phases) from two stores at once all land: no change is lost, no number given twice.
 pub(crate) async fn writers_at_once_all_land(place: Place) {
     let stores = [place.open().await, place.open().await];
     let s = session(1);
     stores[0].create_session(&s).await.unwrap();
+    let message = user(&s.id);
+    assert!(stores[0].put_message(&message, None).await.unwrap());
     let mut writers = Vec::new();
     for n in 0..12 {
         let store = stores[n % 2].clone();
         let id = s.id.clone();
+        let call = tool(&message);
         writers.push(tokio::spawn(async move {
+            // A tool call's state with its audit entry: numbered twice.
+            store
+                .put_part(&call, true, &[entry(&id, &format!("p{n}"))], None)
+                .await
+                .unwrap();
             store
                 .update_permission(
                     &id,
@@ -380,12 +388,20 @@ pub(crate) async fn writers_at_once_all_land(place: Place) {
     let trail = stores[0].audit_trail(&s.id).await.unwrap();
     assert_eq!(
         trail.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        (1..=12).collect::<Vec<i64>>()
+        (1..=24).collect::<Vec<i64>>()
     );
     let mut decisions: Vec<String> = trail.into_iter().map(|e| e.decision).collect();
     decisions.sort();
-    let mut want: Vec<String> = (0..12).map(|n| format!("d{n}")).collect();
+    let mut want: Vec<String> = (0..12)
+        .flat_map(|n| [format!("d{n}"), format!("p{n}")])
+        .collect();
     want.sort();
+    let events = stores[1].part_events(&s.id).await.unwrap();
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=12).collect::<Vec<i64>>()
+    );
+    assert_eq!(stores[1].messages(&s.id).await.unwrap()[0].parts.len(), 12);
     assert_eq!(decisions, want);
     let phases = stores[0].phases(&s.id).await.unwrap();
     assert_eq!(

@@ -8,12 +8,28 @@ use warden_protocol::{MessageId, SessionId};
 use super::Result;
 use crate::ledger::AuditEntry;
 
+/// An entry appended; `$12` its number, or NULL for the session's next.
+pub const INSERT: &str = "INSERT INTO audit (session_id, seq, message_id, call_id, at, stage, subject,
+                            plugin_hash, decision, rule, duration_us, outcome)
+         SELECT s.id,
+                COALESCE($12, (SELECT COALESCE(MAX(seq), 0) + 1 FROM audit WHERE session_id = s.id)),
+                (SELECT m.id FROM message m WHERE m.session_id = s.id AND m.id = $2),
+                $3, $4, $5, $6, $7, $8, $9, $10, $11
+         FROM session s WHERE s.id = $1";
+
 /// Append `entries` (the caller holds the session's row lock). An entry's
 /// message is kept only if it is in the ledger, as SQLite keeps it; an
 /// entry of a session not in the ledger is not written.
+///
+/// The entries go out in one flight (pipelined, in order) once the
+/// statement is prepared on this connection.
 pub async fn insert(tx: &Transaction<'_>, entries: &[AuditEntry]) -> Result<()> {
-    for e in entries {
-        insert_one(tx, e, None).await?;
+    if entries.is_empty() {
+        return Ok(());
+    }
+    tx.prepare_cached(INSERT).await?;
+    for done in futures::future::join_all(entries.iter().map(|e| insert_one(tx, e, None))).await {
+        done?;
     }
     Ok(())
 }
@@ -21,13 +37,7 @@ pub async fn insert(tx: &Transaction<'_>, entries: &[AuditEntry]) -> Result<()> 
 /// One entry; `seq` given (an import) or the session's next.
 pub async fn insert_one(tx: &Transaction<'_>, e: &AuditEntry, seq: Option<i64>) -> Result<()> {
     tx.execute(
-        &tx.prepare_cached("INSERT INTO audit (session_id, seq, message_id, call_id, at, stage, subject,
-                            plugin_hash, decision, rule, duration_us, outcome)
-         SELECT s.id,
-                COALESCE($12, (SELECT COALESCE(MAX(seq), 0) + 1 FROM audit WHERE session_id = s.id)),
-                (SELECT m.id FROM message m WHERE m.session_id = s.id AND m.id = $2),
-                $3, $4, $5, $6, $7, $8, $9, $10, $11
-         FROM session s WHERE s.id = $1").await?,
+        &tx.prepare_cached(INSERT).await?,
         &[
             &e.session_id.as_str(),
             &e.message_id.as_ref().map(|m| m.as_str()),

@@ -113,6 +113,12 @@ pub async fn release(c: &impl GenericClient, session: &SessionId, fence: &Fence)
     Ok(())
 }
 
+const CHECK: &str =
+    "SELECT 1 FROM runner_lease WHERE session_id = $1 AND holder = $2 AND epoch = $3";
+/// The fence check inside a write: the lease row share-locked until the commit.
+pub const CHECK_LOCKED: &str =
+    "SELECT 1 FROM runner_lease WHERE session_id = $1 AND holder = $2 AND epoch = $3 FOR SHARE";
+
 /// Fail with `Fenced` unless `fence` is the session's current lease. With
 /// `lock` (inside a write's transaction), the lease row stays share-locked
 /// until the commit, so no one can take the lease over in between.
@@ -122,11 +128,7 @@ pub async fn check_fence(
     fence: &Fence,
     lock: bool,
 ) -> Result<()> {
-    let sql = if lock {
-        "SELECT 1 FROM runner_lease WHERE session_id = $1 AND holder = $2 AND epoch = $3 FOR SHARE"
-    } else {
-        "SELECT 1 FROM runner_lease WHERE session_id = $1 AND holder = $2 AND epoch = $3"
-    };
+    let sql = if lock { CHECK_LOCKED } else { CHECK };
     let held = c
         .query_opt(
             &c.prepare_cached(sql).await?,

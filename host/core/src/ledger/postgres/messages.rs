@@ -38,17 +38,17 @@ pub async fn put_message(tx: &Transaction<'_>, info: &MessageInfo, body: &str) -
     Ok(n > 0)
 }
 
+/// A part written, or rewritten in place.
+pub const UPSERT_PART: &str = "INSERT INTO part (session_id, message_id, id, body)
+             SELECT session_id, id, $3, $4 FROM message WHERE session_id = $1 AND id = $2
+             ON CONFLICT (session_id, message_id, id) DO UPDATE SET body = excluded.body";
+
 /// Insert or update a part (already encoded); refused as corrupt when its
 /// message is missing.
 pub async fn put_part(tx: &Transaction<'_>, part: &Part, body: &str) -> Result<()> {
     let n = tx
         .execute(
-            &tx.prepare_cached(
-                "INSERT INTO part (session_id, message_id, id, body)
-             SELECT session_id, id, $3, $4 FROM message WHERE session_id = $1 AND id = $2
-             ON CONFLICT (session_id, message_id, id) DO UPDATE SET body = excluded.body",
-            )
-            .await?,
+            &tx.prepare_cached(UPSERT_PART).await?,
             &[
                 &part.session_id.as_str(),
                 &part.message_id.as_str(),

@@ -175,13 +175,14 @@ fn decode<T: serde::de::DeserializeOwned>(text: &str, what: impl FnOnce() -> Str
 /// session (timeline, audit, phases) are given out one writer at a time.
 async fn lock_session(tx: &Transaction<'_>, session: &SessionId) -> Result<()> {
     tx.query_opt(
-        &tx.prepare_cached("SELECT 1 FROM session WHERE id = $1 FOR NO KEY UPDATE")
-            .await?,
+        &tx.prepare_cached(LOCK_SESSION).await?,
         &[&session.as_str()],
     )
     .await?;
     Ok(())
 }
+
+const LOCK_SESSION: &str = "SELECT 1 FROM session WHERE id = $1 FOR NO KEY UPDATE";
 
 #[async_trait]
 impl Store for PgStore {
@@ -254,16 +255,54 @@ impl Store for PgStore {
     ) -> Result<()> {
         let body = messages::encode_part(part)?;
         let mut c = self.client().await?;
-        let tx = Self::fenced(&mut c, &part.session_id, fence).await?;
-        let numbered = (timeline && part.tool_state().is_some()) || !audit.is_empty();
-        if numbered {
-            lock_session(&tx, &part.session_id).await?;
+        let tx = c.transaction().await?;
+        let event = timeline && part.tool_state().is_some();
+        let numbered = event || !audit.is_empty();
+        // The hot path: the fence check, the session's lock, the part, its
+        // timeline row and its audit rows go out in one flight (pipelined),
+        // then the commit: two round trips after BEGIN, not one per
+        // statement. The statements are prepared first (once per
+        // connection; then without a round trip), so each is sent the moment
+        // its future is first polled, and `join!` polls them in this order:
+        // the lock is taken before a row is numbered. If the fence does not
+        // hold, or the part's message is missing, whatever ran after is
+        // rolled back with the transaction.
+        tx.prepare_cached(lease::CHECK_LOCKED).await?;
+        tx.prepare_cached(LOCK_SESSION).await?;
+        tx.prepare_cached(messages::UPSERT_PART).await?;
+        tx.prepare_cached(&timeline::insert_sql()).await?;
+        if !audit.is_empty() {
+            tx.prepare_cached(audit::INSERT).await?;
         }
-        messages::put_part(&tx, part, &body).await?;
-        if timeline {
-            timeline::insert(&tx, part).await?;
-        }
-        audit::insert(&tx, audit).await?;
+        let (held, locked, put, event, audited) = futures::join!(
+            async {
+                match fence {
+                    Some(f) => lease::check_fence(&tx, &part.session_id, f, true).await,
+                    None => Ok(()),
+                }
+            },
+            async {
+                match numbered {
+                    true => lock_session(&tx, &part.session_id).await,
+                    false => Ok(()),
+                }
+            },
+            messages::put_part(&tx, part, &body),
+            async {
+                match event {
+                    true => timeline::insert(&tx, part).await,
+                    false => Ok(()),
+                }
+            },
+            audit::insert(&tx, audit),
+        );
+        // The first failure is the one to report: after it, PostgreSQL
+        // refuses the rest of the transaction anyway.
+        held?;
+        locked?;
+        put?;
+        event?;
+        audited?;
         tx.commit().await?;
         Ok(())
     }

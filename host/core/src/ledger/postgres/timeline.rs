@@ -11,6 +11,17 @@ use super::{NOW, Result};
 use crate::ledger::sqlite::timeline::{adds, state, time_of};
 use crate::ledger::{LedgerError, PartEvent};
 
+/// A timeline row; `$6` its number, or NULL for the session's next; `$5`
+/// its time, or NULL for now on the database's clock.
+pub fn insert_sql() -> String {
+    format!(
+        "INSERT INTO part_event (session_id, seq, message_id, part_id, status, at, adds)
+             VALUES ($1,
+                     COALESCE($6, (SELECT COALESCE(MAX(seq), 0) + 1 FROM part_event WHERE session_id = $1)),
+                     $2, $3, $4, COALESCE($5, {NOW}), $7)"
+    )
+}
+
 /// Record a tool part's new state (the caller holds the session's row lock).
 pub async fn insert(tx: &Transaction<'_>, part: &Part) -> Result<()> {
     let Some(s) = part.tool_state() else {
@@ -34,12 +45,7 @@ pub async fn insert_row(
     adds: Option<&str>,
 ) -> Result<()> {
     tx.execute(
-        &tx.prepare_cached(&format!(
-            "INSERT INTO part_event (session_id, seq, message_id, part_id, status, at, adds)
-             VALUES ($1,
-                     COALESCE($6, (SELECT COALESCE(MAX(seq), 0) + 1 FROM part_event WHERE session_id = $1)),
-                     $2, $3, $4, COALESCE($5, {NOW}), $7)"
-        )).await?,
+        &tx.prepare_cached(&insert_sql()).await?,
         &[
             &part.session_id.as_str(),
             &part.message_id.as_str(),
