@@ -25,6 +25,12 @@ pub mod phase;
 mod record;
 pub mod sqlite;
 pub mod store;
+// The PostgreSQL backend, choosing a backend from a location, moving ledgers.
+#[cfg(test)]
+mod contract;
+pub mod location;
+pub mod migrate;
+pub mod postgres;
 
 pub use audit_query::{AuditFilter, DecisionClass};
 pub use error::LedgerError;

@@ -44,6 +44,32 @@ use warden_protocol::{
 use super::phase::{Phase, PhaseKind};
 use super::{AuditEntry, LedgerError, PartEvent};
 
+/// One session whole, as a backend holds it, to move it to another: its
+/// row, its messages and parts, its timeline, audit trail and phase marks,
+/// with their own ids, sequence numbers and times. Its lease is not part of
+/// it (a lease belongs to a running process, not to the session's record).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionExport {
+    pub session: SessionInfo,
+    /// In id order, each with its parts in id order.
+    pub messages: Vec<ExportedMessage>,
+    /// The tool calls' timeline, in order.
+    pub timeline: Vec<PartEvent>,
+    /// The audit trail, numbered from 1.
+    pub audit: Vec<AuditEntry>,
+    /// The phase marks, in order.
+    pub phases: Vec<Phase>,
+}
+
+/// A message of a [`SessionExport`]: its header, when its row last changed
+/// (the backend's clock), and its parts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExportedMessage {
+    pub info: MessageInfo,
+    pub updated_at: Millis,
+    pub parts: Vec<Part>,
+}
+
 /// A result of the storage interface.
 pub type Result<T> = std::result::Result<T, LedgerError>;
 
@@ -191,4 +217,14 @@ pub trait Store: Send + Sync {
     /// the write-ahead log into the file). A no-op where there is nothing
     /// to move.
     async fn checkpoint(&self) -> Result<()>;
+
+    // ---- moving a ledger ----
+
+    /// The session whole, read in one snapshot; `None` if there is none.
+    async fn export_session(&self, id: &SessionId) -> Result<Option<SessionExport>>;
+
+    /// Write a session exported from another ledger, whole, in one
+    /// transaction, keeping its ids, sequence numbers and times; `false`
+    /// (and nothing written) if a session with its id is here already.
+    async fn import_session(&self, export: &SessionExport) -> Result<bool>;
 }

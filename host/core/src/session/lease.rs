@@ -1,18 +1,25 @@
 //! The runner lease: one runner per session across every process sharing a
-//! ledger. The holder id names the host, process id and process start time,
-//! so a process on the same host can tell at once that a holder died (a
-//! SIGKILLed run) instead of waiting for the lease to expire; holders on
-//! other hosts (or in another pid namespace) are trusted until expiry.
+//! ledger. The holder id names the machine, process id and process start
+//! time, so a process on the same machine can tell at once that a holder
+//! died (a SIGKILLed run) instead of waiting for the lease to expire;
+//! holders on other machines (or in another pid namespace) are trusted
+//! until expiry.
+//!
+//! A shared ledger (PostgreSQL) is used by many hosts, and hostnames and pid
+//! namespaces alone do not tell them apart: two machines may both be called
+//! `ubuntu`, and every machine's first pid namespace has the same inode. So
+//! the machine is its hostname *and* its boot id (random at every boot), and
+//! a pid is looked up only when both match ours.
 
 use std::sync::OnceLock;
 
-/// This process's holder id: `host:pid:start:pidns:nonce`.
+/// This process's holder id: `machine:pid:start:pidns:nonce`.
 pub fn holder_id() -> String {
     static NONCE: OnceLock<u64> = OnceLock::new();
     let nonce = *NONCE.get_or_init(rand::random::<u64>);
     format!(
         "{}:{}:{}:{}:{nonce:x}",
-        hostname(),
+        machine(),
         std::process::id(),
         start_time(std::process::id()).unwrap_or(0),
         pid_namespace()
@@ -49,7 +56,7 @@ pub fn holder_is_dead(holder: &str) -> bool {
     };
     // Another host, or another pid namespace on this one: its pids are not
     // ours to look up, so only the lease's expiry can say it is gone.
-    if host != hostname() || ns != pid_namespace() || pid == std::process::id() {
+    if host != machine() || ns != pid_namespace() || pid == std::process::id() {
         return false;
     }
     if !cfg!(target_os = "linux") {
@@ -60,6 +67,28 @@ pub fn holder_is_dead(holder: &str) -> bool {
         None => true,
         Some(now) => start != 0 && now != start,
     }
+}
+
+/// This machine, as holder ids name it: `hostname~bootid` (the first 12
+/// hex digits of the kernel's boot id), or the hostname alone where there
+/// is no boot id to read.
+fn machine() -> String {
+    static MACHINE: OnceLock<String> = OnceLock::new();
+    MACHINE
+        .get_or_init(|| {
+            let boot: String = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .unwrap_or_default()
+                .chars()
+                .filter(char::is_ascii_hexdigit)
+                .take(12)
+                .collect();
+            if boot.is_empty() {
+                hostname()
+            } else {
+                format!("{}~{boot}", hostname())
+            }
+        })
+        .clone()
 }
 
 fn hostname() -> String {
@@ -93,7 +122,7 @@ mod tests {
     fn this_process_is_alive_and_a_vanished_one_is_dead() {
         let me = holder_id();
         assert!(!holder_is_dead(&me));
-        let host = hostname();
+        let host = machine();
         if cfg!(target_os = "linux") {
             // pid_max is at most 2^22, so this pid cannot exist.
             assert!(holder_is_dead(&format!(
@@ -110,5 +139,17 @@ mod tests {
             "other hosts are trusted until expiry"
         );
         assert!(!holder_is_dead("garbage"));
+        if cfg!(target_os = "linux") {
+            // Same hostname, same pid namespace, another boot: another machine.
+            assert!(
+                !holder_is_dead(&format!(
+                    "{}~000000000000:4194305:123:{}:0",
+                    hostname(),
+                    pid_namespace()
+                )),
+                "a machine of the same name is trusted until expiry"
+            );
+            assert!(me.starts_with(&format!("{}~", hostname())), "{me}");
+        }
     }
 }

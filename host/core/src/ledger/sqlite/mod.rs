@@ -14,12 +14,13 @@ mod audit;
 mod check;
 pub(crate) mod checkpoint;
 mod codec;
+mod export;
 mod lease;
 mod messages;
 mod phase;
 pub(crate) mod schema;
 mod sessions;
-mod timeline;
+pub(in crate::ledger) mod timeline;
 
 pub use check::{IntegrityReport, check_file};
 
@@ -35,7 +36,7 @@ use warden_protocol::{
 };
 
 use super::phase::{Phase, PhaseKind};
-use super::store::{Fence, HolderIsDead, LeaseHeld, PermissionChange, Store};
+use super::store::{Fence, HolderIsDead, LeaseHeld, PermissionChange, SessionExport, Store};
 use super::{AuditEntry, LedgerError, PartEvent};
 use crate::clock::now_ms;
 use checkpoint::Checkpointer;
@@ -169,20 +170,19 @@ impl Drop for SqliteStore {
 }
 
 /// The one path every write to a session takes: one transaction, and with
-/// a fence, the fence checked first inside it. Fenced writes take the write
-/// lock before they check, so no other process can take the lease between
-/// the check and the write.
+/// a fence, the fence checked first inside it. Every write takes the write
+/// lock when it begins (an immediate transaction): a fenced write so no
+/// other process can take the lease between the check and the write, and a
+/// write that reads first (a rule change) because a deferred transaction
+/// that read cannot wait for the lock: it fails at once with "database is
+/// locked" when another process wrote meanwhile.
 fn write<T>(
     conn: &mut Connection,
     session: &SessionId,
     fence: Option<&Fence>,
     f: impl FnOnce(&Transaction<'_>) -> Result<T>,
 ) -> Result<T> {
-    let behaviour = match fence {
-        Some(_) => TransactionBehavior::Immediate,
-        None => TransactionBehavior::Deferred,
-    };
-    let tx = conn.transaction_with_behavior(behaviour)?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     if let Some(fence) = fence {
         lease::check_fence(&tx, session, fence)?;
     }
@@ -379,7 +379,30 @@ impl Store for SqliteStore {
         self.run(|c| Ok(c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?))
             .await
     }
-}
 
-#[cfg(test)]
-mod tests;
+    async fn export_session(&self, id: &SessionId) -> Result<Option<SessionExport>> {
+        let id = id.clone();
+        self.run(move |c| {
+            // One read transaction: one snapshot of the file.
+            let tx = c.transaction()?;
+            let out = export::export(&tx, &id)?;
+            tx.commit()?;
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn import_session(&self, export: &SessionExport) -> Result<bool> {
+        let export = export.clone();
+        let guests = self.guests.clone();
+        self.run(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            if !export::import(&tx, &guests, &export)? {
+                return Ok(false);
+            }
+            tx.commit()?;
+            Ok(true)
+        })
+        .await
+    }
+}

@@ -88,6 +88,36 @@ pub fn insert(
     Ok(())
 }
 
+/// One mark with its own number (an import).
+pub fn insert_at(
+    tx: &Transaction<'_>,
+    session: &SessionId,
+    message: Option<&MessageId>,
+    seq: i64,
+    at: Millis,
+    k: &PhaseKind,
+) -> Result<()> {
+    let (attempt, until, detail) = columns(k);
+    tx.prepare_cached(
+        "INSERT INTO phase (session, seq, message, at, kind, attempt, until_at, detail)
+         SELECT s.key, ?8,
+                (SELECT m.key FROM message m WHERE m.session = s.key AND m.id = ?2),
+                ?3, ?4, ?5, ?6, ?7
+         FROM session s WHERE s.id = ?1",
+    )?
+    .execute(params![
+        session.as_str(),
+        message.map(|m| m.as_str()),
+        at,
+        code(k),
+        attempt,
+        until,
+        detail,
+        seq
+    ])?;
+    Ok(())
+}
+
 /// A session's phase marks, in order. A row this warden cannot read (from a
 /// newer one) is skipped, not fatal: the trace is a view.
 pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<Phase>> {

@@ -21,7 +21,7 @@ const INSERT: &str = "\
     FROM message m JOIN session s ON s.key = m.session WHERE s.id = ?1 AND m.id = ?2";
 
 /// When a state happened: a running call's start, a finished call's end.
-fn time_of(state: &ToolState, now: Millis) -> Millis {
+pub(in crate::ledger) fn time_of(state: &ToolState, now: Millis) -> Millis {
     match state {
         ToolState::Pending { .. } => now,
         ToolState::Running { time, .. } => time.start,
@@ -32,7 +32,7 @@ fn time_of(state: &ToolState, now: Millis) -> Millis {
 /// What a state has beyond its status, its time and the defaults a reader
 /// fills in; content is left out (it is in the part row), except a running
 /// call's input. A finished call keeps its duration (`d`, ms).
-fn adds(state: &ToolState) -> Option<String> {
+pub(in crate::ledger) fn adds(state: &ToolState) -> Option<String> {
     let mut v = serde_json::to_value(state).ok()?;
     let obj = v.as_object_mut()?;
     obj.remove("status");
@@ -80,9 +80,35 @@ pub fn insert(conn: &Connection, part: &Part, now: Millis) -> Result<()> {
     Ok(())
 }
 
+/// A timeline row with its own number and time (an import).
+pub fn insert_at(conn: &Connection, part: &Part, seq: i64, at: Millis) -> Result<()> {
+    let Some(state) = part.tool_state() else {
+        return Ok(());
+    };
+    conn.prepare_cached(
+        "INSERT INTO part_event (session, seq, message, part, status, at, adds)
+         SELECT m.session, ?7, m.key, ?3, ?4, ?5, ?6
+         FROM message m JOIN session s ON s.key = m.session WHERE s.id = ?1 AND m.id = ?2",
+    )?
+    .execute(params![
+        part.session_id.as_str(),
+        part.message_id.as_str(),
+        part.id.as_str(),
+        codec::status_code(state.status()),
+        at,
+        adds(state),
+        seq,
+    ])?;
+    Ok(())
+}
+
 /// A state from its status, its row's time and what its row adds (rows
 /// carried over from schema 1 add their whole state, times included).
-fn state(status: &str, at: Millis, adds: Option<&str>) -> std::result::Result<ToolState, String> {
+pub(in crate::ledger) fn state(
+    status: &str,
+    at: Millis,
+    adds: Option<&str>,
+) -> std::result::Result<ToolState, String> {
     let mut extra: Map<String, Value> = match adds {
         Some(adds) => serde_json::from_str(adds).map_err(|e| e.to_string())?,
         None => Map::new(),

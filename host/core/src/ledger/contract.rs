@@ -1,0 +1,582 @@
+//! The storage interface's contract, one set of checks run on every
+//! backend through `dyn Store` (what the core holds): fencing, epochs,
+//! absence as a value, one transaction per write, writers at once, and
+//! moving sessions whole between backends. Each check takes a [`Place`]
+//! (one ledger: a SQLite file or a PostgreSQL database) and opens as many
+//! stores on it as it needs: two stores on one place stand for two
+//! processes (or two hosts).
+
+use std::sync::Arc;
+
+use serde_json::json;
+use warden_protocol::{
+    MessageId, MessageInfo, MessageTime, ModelRef, Part, PartBody, Rule, SessionId, SessionInfo,
+    SessionTime, ToolState, UserInfo,
+};
+
+use super::location::open_store;
+use super::phase::PhaseKind;
+use super::store::{Fence, Store};
+use super::{AuditEntry, LedgerError, id};
+
+/// One ledger the checks open stores on.
+pub(crate) enum Place {
+    Sqlite(tempfile::TempDir),
+    Postgres(String),
+}
+
+impl Place {
+    pub(crate) fn sqlite() -> Place {
+        Place::Sqlite(tempfile::tempdir().expect("a temporary folder"))
+    }
+
+    /// A fresh database on the test process's throwaway cluster.
+    pub(crate) fn postgres() -> Place {
+        Place::Postgres(warden_pg_harness::database())
+    }
+
+    pub(crate) fn location(&self) -> String {
+        match self {
+            Place::Sqlite(dir) => format!("sqlite:{}", dir.path().join("l.db").display()),
+            Place::Postgres(url) => url.clone(),
+        }
+    }
+
+    /// A new store on this place (another "process").
+    pub(crate) async fn open(&self) -> Arc<dyn Store> {
+        open_store(&self.location())
+            .await
+            .expect("the ledger opens")
+    }
+}
+
+fn session(n: i64) -> SessionInfo {
+    SessionInfo::new(
+        SessionId(id::ascending(SessionId::PREFIX)),
+        format!("s{n}"),
+        "/w".into(),
+        Vec::new(),
+        SessionTime {
+            created: n,
+            updated: n,
+        },
+    )
+}
+
+fn user(session: &SessionId) -> MessageInfo {
+    MessageInfo::User(UserInfo {
+        id: MessageId(id::ascending("msg")),
+        session_id: session.clone(),
+        time: MessageTime::at(1),
+        agent: "build".into(),
+        model: ModelRef {
+            provider: "scripted".into(),
+            model: "x".into(),
+        },
+    })
+}
+
+fn tool(message: &MessageInfo) -> Part {
+    Part {
+        id: id::ascending("prt").into(),
+        session_id: message.session_id().clone(),
+        message_id: message.id().clone(),
+        body: PartBody::Tool {
+            call_id: "c1".into(),
+            tool: "read".into(),
+            state: ToolState::pending(),
+            provider_executed: false,
+            ignored: false,
+        },
+    }
+}
+
+fn entry(session: &SessionId, decision: &str) -> AuditEntry {
+    AuditEntry {
+        seq: 0,
+        session_id: session.clone(),
+        message_id: None,
+        call_id: Some("c1".into()),
+        at: 5,
+        stage: "permission".into(),
+        subject: "read".into(),
+        plugin_hash: None,
+        decision: decision.into(),
+        rule: None,
+        duration_us: None,
+        outcome: Some("ok".into()),
+    }
+}
+
+fn rule(n: usize) -> Rule {
+    Rule {
+        permission: format!("tool{n}"),
+        pattern: "*".into(),
+        action: warden_protocol::Action::Allow,
+    }
+}
+
+fn fenced<T: std::fmt::Debug>(session: &SessionId, r: Result<T, LedgerError>) {
+    match r {
+        Err(LedgerError::Fenced { session: s }) => assert_eq!(&s, session),
+        other => panic!("expected a fenced write, got {other:?}"),
+    }
+}
+
+/// After B takes the lease over, every kind of write A makes with its old
+/// fence is refused and leaves no trace; B's writes with its own fence go
+/// through.
+pub(crate) async fn every_write_with_a_taken_over_fence_is_refused_and_changes_nothing(
+    place: Place,
+) {
+    let a = place.open().await;
+    let b = place.open().await;
+    let s = session(1);
+    a.create_session(&s).await.unwrap();
+    let fa = a
+        .acquire_lease(&s.id, "a", 60_000, Arc::new(|_: &str| false))
+        .await
+        .unwrap()
+        .unwrap();
+    let first = user(&s.id);
+    assert!(a.put_message(&first, Some(&fa)).await.unwrap());
+    a.check_fence(&s.id, &fa).await.unwrap();
+
+    let fb = b
+        .acquire_lease(&s.id, "b", 60_000, Arc::new(|h: &str| h == "a"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(fb.epoch > fa.epoch);
+    let before = (
+        b.session(&s.id).await.unwrap(),
+        b.messages(&s.id).await.unwrap(),
+    );
+
+    fenced(&s.id, a.check_fence(&s.id, &fa).await);
+    fenced(&s.id, a.put_message(&user(&s.id), Some(&fa)).await);
+    fenced(&s.id, a.put_part(&tool(&first), true, &[], Some(&fa)).await);
+    fenced(
+        &s.id,
+        a.put_part(&tool(&first), true, &[entry(&s.id, "allowed")], Some(&fa))
+            .await,
+    );
+    fenced(
+        &s.id,
+        a.audit(&s.id, &[entry(&s.id, "denied")], Some(&fa)).await,
+    );
+    fenced(
+        &s.id,
+        a.mark_phases(&s.id, None, &[(3, PhaseKind::FirstToken)], Some(&fa))
+            .await,
+    );
+    fenced(&s.id, a.touch_session(&s.id, Some(&fa)).await);
+    fenced(
+        &s.id,
+        a.update_permission(&s.id, Some(&fa), Box::new(|r: &mut Vec<Rule>| r.clear()))
+            .await,
+    );
+    fenced(&s.id, a.delete_session(&s.id, Some(&fa)).await);
+    // A stale holder can neither extend nor give back the new holder's lease.
+    assert!(!a.renew_lease(&s.id, &fa, 60_000).await.unwrap());
+    a.release_lease(&s.id, &fa).await.unwrap();
+    b.check_fence(&s.id, &fb).await.unwrap();
+
+    assert_eq!(
+        (
+            b.session(&s.id).await.unwrap(),
+            b.messages(&s.id).await.unwrap()
+        ),
+        before
+    );
+    assert!(b.audit_trail(&s.id).await.unwrap().is_empty());
+    assert!(b.part_events(&s.id).await.unwrap().is_empty());
+    assert!(b.phases(&s.id).await.unwrap().is_empty());
+
+    b.put_part(&tool(&first), true, &[entry(&s.id, "allowed")], Some(&fb))
+        .await
+        .unwrap();
+    assert_eq!(b.messages(&s.id).await.unwrap()[0].parts.len(), 1);
+    assert_eq!(b.audit_trail(&s.id).await.unwrap().len(), 1);
+    assert_eq!(b.part_events(&s.id).await.unwrap().len(), 1);
+}
+
+/// Epochs only grow: renewing keeps one, giving a lease back keeps it on
+/// the row, and every new holder (or the same holder after a release) gets
+/// a higher one. A held, unexpired lease is refused to others with its holder.
+pub(crate) async fn lease_epochs_only_grow(place: Place) {
+    let store = place.open().await;
+    let s = session(1);
+    store.create_session(&s).await.unwrap();
+    let alive = || Arc::new(|_: &str| false);
+    let a1 = store
+        .acquire_lease(&s.id, "a", 60_000, alive())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(a1.epoch, 1);
+    let again = store
+        .acquire_lease(&s.id, "a", 60_000, alive())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again, a1, "the holder renewing keeps its epoch");
+    assert!(store.renew_lease(&s.id, &a1, 60_000).await.unwrap());
+    let held = store
+        .acquire_lease(&s.id, "b", 60_000, alive())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(held.holder, "a");
+    assert_eq!(
+        store.leases().await.unwrap(),
+        vec![(s.id.clone(), "a".to_string(), held.expires_at)]
+    );
+
+    store.release_lease(&s.id, &a1).await.unwrap();
+    assert!(store.leases().await.unwrap().is_empty());
+    let a2 = store
+        .acquire_lease(&s.id, "a", -1, alive())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(a2.epoch, 2, "taken anew after a release: a new epoch");
+    fenced(&s.id, store.check_fence(&s.id, &a1).await);
+    // Expired: anyone may take it, at a higher epoch still.
+    let b = store
+        .acquire_lease(&s.id, "b", 60_000, alive())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        b,
+        Fence {
+            holder: "b".into(),
+            epoch: 3
+        }
+    );
+}
+
+/// What is missing is a value the layer above interprets, never an error;
+/// a part whose message is missing is refused whole, with its audit rows.
+pub(crate) async fn absence_is_a_value_and_a_refused_part_takes_its_audit_with_it(place: Place) {
+    let store = place.open().await;
+    let ghost = SessionId("ses_none".into());
+    assert_eq!(store.session(&ghost).await.unwrap(), None);
+    assert!(!store.touch_session(&ghost, None).await.unwrap());
+    assert!(!store.delete_session(&ghost, None).await.unwrap());
+    assert!(!store.put_message(&user(&ghost), None).await.unwrap());
+    assert!(
+        store
+            .update_permission(&ghost, None, Box::new(|_: &mut Vec<Rule>| {}))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(store.export_session(&ghost).await.unwrap(), None);
+
+    let s = session(1);
+    store.create_session(&s).await.unwrap();
+    let unwritten = user(&s.id);
+    match store
+        .put_part(&tool(&unwritten), true, &[entry(&s.id, "allowed")], None)
+        .await
+    {
+        Err(LedgerError::Corrupt { what, .. }) => assert!(what.starts_with("part "), "{what}"),
+        other => panic!("expected a refused part, got {other:?}"),
+    }
+    assert!(store.audit_trail(&s.id).await.unwrap().is_empty());
+    assert!(store.part_events(&s.id).await.unwrap().is_empty());
+
+    // And the session's rules change in place, returning the session after.
+    let kept = rule(0);
+    let after = store
+        .update_permission(&s.id, None, Box::new(move |r: &mut Vec<Rule>| r.push(kept)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.permission, vec![rule(0)]);
+    assert_eq!(store.sessions().await.unwrap(), vec![after]);
+}
+
+/// Two stores on one ledger, each with several callers, all taking one
+/// session's lease at once: exactly one fence between them.
+pub(crate) async fn two_stores_taking_one_lease_at_once_get_one_fence(place: Place) {
+    let stores = [place.open().await, place.open().await];
+    let s = session(1);
+    stores[0].create_session(&s).await.unwrap();
+    let mut takers = Vec::new();
+    for n in 0..8 {
+        let store = stores[n % 2].clone();
+        let id = s.id.clone();
+        takers.push(tokio::spawn(async move {
+            store
+                .acquire_lease(&id, &format!("h{n}"), 60_000, Arc::new(|_: &str| false))
+                .await
+                .unwrap()
+        }));
+    }
+    let mut won = Vec::new();
+    let mut refused = Vec::new();
+    for t in takers {
+        match t.await.unwrap() {
+            Ok(fence) => won.push(fence),
+            Err(held) => refused.push(held.holder),
+        }
+    }
+    assert_eq!(won.len(), 1, "one fence between them: {won:?}");
+    assert_eq!(won[0].epoch, 1);
+    assert_eq!(refused.len(), 7);
+    assert!(refused.iter().all(|h| *h == won[0].holder), "{refused:?}");
+    stores[1].check_fence(&s.id, &won[0]).await.unwrap();
+}
+
+/// Rule changes and numbered appends (tool states with their audit, audit,
+/// phases) from two stores at once all land: no change is lost, no number given twice.
+pub(crate) async fn writers_at_once_all_land(place: Place) {
+    let stores = [place.open().await, place.open().await];
+    let s = session(1);
+    stores[0].create_session(&s).await.unwrap();
+    let message = user(&s.id);
+    assert!(stores[0].put_message(&message, None).await.unwrap());
+    let mut writers = Vec::new();
+    for n in 0..12 {
+        let store = stores[n % 2].clone();
+        let id = s.id.clone();
+        let call = tool(&message);
+        writers.push(tokio::spawn(async move {
+            // A tool call's state with its audit entry: numbered twice.
+            store
+                .put_part(&call, true, &[entry(&id, &format!("p{n}"))], None)
+                .await
+                .unwrap();
+            store
+                .update_permission(
+                    &id,
+                    None,
+                    Box::new(move |r: &mut Vec<Rule>| r.push(rule(n))),
+                )
+                .await
+                .unwrap()
+                .expect("the session is there");
+            store
+                .audit(&id, &[entry(&id, &format!("d{n}"))], None)
+                .await
+                .unwrap();
+            store
+                .mark_phases(&id, None, &[(n as i64, PhaseKind::FirstToken)], None)
+                .await
+                .unwrap();
+        }));
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    let mut rules: Vec<String> = stores[1]
+        .session(&s.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .permission
+        .into_iter()
+        .map(|r| r.permission)
+        .collect();
+    rules.sort();
+    let mut want: Vec<String> = (0..12).map(|n| rule(n).permission).collect();
+    want.sort();
+    assert_eq!(rules, want);
+    let trail = stores[0].audit_trail(&s.id).await.unwrap();
+    assert_eq!(
+        trail.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=24).collect::<Vec<i64>>()
+    );
+    let mut decisions: Vec<String> = trail.into_iter().map(|e| e.decision).collect();
+    decisions.sort();
+    let mut want: Vec<String> = (0..12)
+        .flat_map(|n| [format!("d{n}"), format!("p{n}")])
+        .collect();
+    want.sort();
+    let events = stores[1].part_events(&s.id).await.unwrap();
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=12).collect::<Vec<i64>>()
+    );
+    assert_eq!(stores[1].messages(&s.id).await.unwrap()[0].parts.len(), 12);
+    assert_eq!(decisions, want);
+    let phases = stores[0].phases(&s.id).await.unwrap();
+    assert_eq!(
+        phases.iter().map(|p| p.seq).collect::<Vec<_>>(),
+        (1..=12).collect::<Vec<i64>>()
+    );
+}
+
+/// A session with something of every kind: messages, a text part, a tool
+/// call through three states (timeline), audit entries of two calls (one
+/// with a guest hash), phase marks with and without a message.
+pub(crate) async fn fill(store: &dyn Store, n: i64) -> SessionId {
+    let s = session(n);
+    store.create_session(&s).await.unwrap();
+    let kept = rule(n as usize);
+    store
+        .update_permission(&s.id, None, Box::new(move |r: &mut Vec<Rule>| r.push(kept)))
+        .await
+        .unwrap();
+    let first = user(&s.id);
+    let second = user(&s.id);
+    assert!(store.put_message(&first, None).await.unwrap());
+    assert!(store.put_message(&second, None).await.unwrap());
+    let text = Part {
+        id: id::ascending("prt").into(),
+        session_id: s.id.clone(),
+        message_id: first.id().clone(),
+        body: serde_json::from_value(json!({"type": "text", "text": format!("hello {n}")}))
+            .unwrap(),
+    };
+    store.put_part(&text, false, &[], None).await.unwrap();
+    let mut call = tool(&second);
+    let mut guest = entry(&s.id, "allowed");
+    guest.message_id = Some(second.id().clone());
+    guest.stage = "before".into();
+    guest.subject = "plugin:guard".into();
+    guest.plugin_hash = Some("sha256:abc".into());
+    guest.duration_us = Some(120);
+    guest.at = 7;
+    store
+        .put_part(&call, true, &[entry(&s.id, "allowed"), guest], None)
+        .await
+        .unwrap();
+    let running = ToolState::pending()
+        .start(json!({"path": "a.txt"}), 10)
+        .unwrap();
+    let done = running
+        .complete(
+            json!({"path": "a.txt"}),
+            "contents".into(),
+            "a.txt".into(),
+            json!({"lines": 1}),
+            25,
+        )
+        .unwrap();
+    for state in [running, done] {
+        if let PartBody::Tool { state: s, .. } = &mut call.body {
+            *s = state;
+        }
+        store.put_part(&call, true, &[], None).await.unwrap();
+    }
+    let mut other = entry(&s.id, "denied");
+    other.call_id = Some("c2".into());
+    other.rule = Some("bash * deny".into());
+    store.audit(&s.id, &[other], None).await.unwrap();
+    store
+        .mark_phases(
+            &s.id,
+            Some(second.id()),
+            &[
+                (11, PhaseKind::ModelRequest { attempt: 1 }),
+                (
+                    12,
+                    PhaseKind::RetryWait {
+                        attempt: 1,
+                        until: 40,
+                        message: "overloaded".into(),
+                    },
+                ),
+                (13, PhaseKind::FirstToken),
+            ],
+            None,
+        )
+        .await
+        .unwrap();
+    store
+        .mark_phases(
+            &s.id,
+            None,
+            &[(
+                14,
+                PhaseKind::StepFinish {
+                    reason: "stop".into(),
+                },
+            )],
+            None,
+        )
+        .await
+        .unwrap();
+    s.id
+}
+
+/// A session exported and imported into another ledger reads back equal in
+/// every way the interface reads it, its numbers and times kept; a second
+/// import writes nothing.
+pub(crate) async fn a_session_moves_whole(from: Place, to: Place) {
+    let a = from.open().await;
+    let b = to.open().await;
+    let id = fill(&*a, 1).await;
+    let export = a.export_session(&id).await.unwrap().expect("exported");
+    assert_eq!(export.messages.len(), 2);
+    assert_eq!(export.timeline.len(), 3);
+    assert_eq!(export.audit.len(), 3);
+    assert_eq!(export.phases.len(), 4);
+    assert!(b.import_session(&export).await.unwrap());
+    assert!(!b.import_session(&export).await.unwrap());
+    assert_eq!(b.export_session(&id).await.unwrap().as_ref(), Some(&export));
+    assert_eq!(b.session(&id).await.unwrap(), a.session(&id).await.unwrap());
+    assert_eq!(
+        b.messages(&id).await.unwrap(),
+        a.messages(&id).await.unwrap()
+    );
+    assert_eq!(
+        b.part_events(&id).await.unwrap(),
+        a.part_events(&id).await.unwrap()
+    );
+    assert_eq!(
+        b.audit_trail(&id).await.unwrap(),
+        a.audit_trail(&id).await.unwrap()
+    );
+    assert_eq!(b.phases(&id).await.unwrap(), a.phases(&id).await.unwrap());
+    // The moved session keeps working: numbers go on from where they were.
+    b.audit(&id, &[entry(&id, "later")], None).await.unwrap();
+    assert_eq!(
+        b.audit_trail(&id).await.unwrap().last().map(|e| e.seq),
+        Some(4)
+    );
+}
+
+/// Run each named check on a fresh SQLite file and a fresh PostgreSQL database.
+macro_rules! on_every_backend {
+    ($($check:ident),* $(,)?) => {
+        mod on_sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $check() {
+                    super::$check(super::Place::sqlite()).await
+                }
+            )*
+        }
+        mod on_postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $check() {
+                    super::$check(super::Place::postgres()).await
+                }
+            )*
+        }
+    };
+}
+
+on_every_backend!(
+    every_write_with_a_taken_over_fence_is_refused_and_changes_nothing,
+    lease_epochs_only_grow,
+    absence_is_a_value_and_a_refused_part_takes_its_audit_with_it,
+    two_stores_taking_one_lease_at_once_get_one_fence,
+    writers_at_once_all_land,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_moves_whole_from_sqlite_to_postgres() {
+    a_session_moves_whole(Place::sqlite(), Place::postgres()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_moves_whole_from_postgres_to_sqlite() {
+    a_session_moves_whole(Place::postgres(), Place::sqlite()).await
+}

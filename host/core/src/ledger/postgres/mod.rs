@@ -1,0 +1,505 @@
+//! The PostgreSQL backend: one database shared by warden processes on any
+//! number of hosts. Every SQL statement lives in this folder, a module per
+//! kind of row, like `sqlite/`; the rows mean what SQLite's mean and read
+//! back equal (the contract tests in `ledger/contract.rs` run on both).
+//!
+//! Connections come from a pool (deadpool-postgres over tokio-postgres,
+//! no TLS for now); each call takes one, runs its statements, and gives it
+//! back. A write to a session is one transaction that first checks the
+//! writer's fence with `SELECT … FOR SHARE` on the lease row, so a lease
+//! cannot change hands between the check and the commit (taking a lease
+//! locks that row `FOR UPDATE`). Writes that number rows per session (the
+//! timeline, the audit trail, phases) lock the session row first, so two
+//! writers never pick the same number. Bookkeeping times (`updated_at`,
+//! lease expiry) are the database's clock: the one clock every host sees.
+
+mod audit;
+mod export;
+mod lease;
+mod messages;
+mod phase;
+pub(crate) mod schema;
+mod sessions;
+mod timeline;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{
+    GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod, Transaction,
+};
+use tokio_postgres::NoTls;
+use warden_protocol::{
+    MessageId, MessageInfo, MessageWithParts, Millis, Part, SessionId, SessionInfo,
+};
+
+use super::phase::{Phase, PhaseKind};
+use super::store::SessionExport;
+use super::store::{Fence, HolderIsDead, LeaseHeld, PermissionChange, Store};
+use super::{AuditEntry, LedgerError, PartEvent};
+
+type Result<T> = std::result::Result<T, LedgerError>;
+
+/// A pooled connection.
+pub(crate) type PgClient = deadpool_postgres::Object;
+
+/// The database's clock, in ms since the epoch (the clock hosts agree on).
+const NOW: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+/// How long connecting (or checking a pooled connection) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a call may wait for a free connection of the pool.
+const POOL_WAIT: Duration = Duration::from_secs(60);
+
+/// The PostgreSQL ledger.
+pub struct PgStore {
+    /// The URL without its password.
+    name: String,
+    pool: Pool,
+}
+
+impl PgStore {
+    /// Connect to the database at `url` (`postgres://user[:password]@host[:port]/db`)
+    /// and bring its schema up to date. A database written by a newer warden
+    /// is refused.
+    pub async fn open(url: &str) -> Result<PgStore> {
+        let name = without_password(url);
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
+            LedgerError::Storage(format!(
+                "{name} is not a PostgreSQL URL ({e}); write postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
+            ))
+        })?;
+        // A server that does not answer (a dropped route, a host gone) is an
+        // error after a while, never a call that waits forever.
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(16)
+            .wait_timeout(Some(POOL_WAIT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|e| LedgerError::Storage(format!("cannot set up the pool for {name}: {e}")))?;
+        let store = PgStore { name, pool };
+        let mut client = store.client().await?;
+        schema::migrate(&mut client, &store.name).await?;
+        Ok(store)
+    }
+
+    async fn client(&self) -> Result<PgClient> {
+        self.pool.get().await.map_err(|e| {
+            LedgerError::Storage(format!("cannot reach the ledger at {}: {e}", self.name))
+        })
+    }
+
+    /// A connection with a transaction begun, and the fence (if any) checked
+    /// in it, its lease row locked until the commit.
+    async fn fenced<'c>(
+        client: &'c mut PgClient,
+        session: &SessionId,
+        fence: Option<&Fence>,
+    ) -> Result<deadpool_postgres::Transaction<'c>> {
+        let tx = client.transaction().await?;
+        if let Some(fence) = fence {
+            lease::check_fence(&tx, session, fence, true).await?;
+        }
+        Ok(tx)
+    }
+}
+
+/// `url` with any password left out: what messages may show.
+pub fn without_password(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((user, host)) => {
+            let user = user.split_once(':').map_or(user, |(u, _)| u);
+            format!("{user}@{host}")
+        }
+        None => authority.to_string(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let kept: Vec<&str> = query
+                .split('&')
+                .filter(|kv| !kv.to_ascii_lowercase().starts_with("password="))
+                .collect();
+            if kept.is_empty() {
+                path.to_string()
+            } else {
+                format!("{path}?{}", kept.join("&"))
+            }
+        }
+        None => tail.to_string(),
+    };
+    if scheme.is_empty() {
+        format!("{authority}{tail}")
+    } else {
+        format!("{scheme}://{authority}{tail}")
+    }
+}
+
+impl From<tokio_postgres::Error> for LedgerError {
+    fn from(e: tokio_postgres::Error) -> LedgerError {
+        LedgerError::Storage(match e.as_db_error() {
+            Some(db) => format!("{} ({})", db.message(), db.code().code()),
+            None => match std::error::Error::source(&e) {
+                Some(source) => format!("{e}: {source}"),
+                None => e.to_string(),
+            },
+        })
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(text: &str, what: impl FnOnce() -> String) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| LedgerError::Corrupt {
+        what: what(),
+        reason: e.to_string(),
+    })
+}
+
+/// Lock the session's row until the commit, so numbers given out per
+/// session (timeline, audit, phases) are given out one writer at a time.
+async fn lock_session(tx: &Transaction<'_>, session: &SessionId) -> Result<()> {
+    tx.query_opt(
+        &tx.prepare_cached(LOCK_SESSION).await?,
+        &[&session.as_str()],
+    )
+    .await?;
+    Ok(())
+}
+
+const LOCK_SESSION: &str = "SELECT 1 FROM session WHERE id = $1 FOR NO KEY UPDATE";
+
+#[async_trait]
+impl Store for PgStore {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn create_session(&self, info: &SessionInfo) -> Result<()> {
+        let c = self.client().await?;
+        sessions::create(&c, info).await
+    }
+
+    async fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>> {
+        let c = self.client().await?;
+        sessions::get(&c, id).await
+    }
+
+    async fn sessions(&self) -> Result<Vec<SessionInfo>> {
+        let c = self.client().await?;
+        sessions::all(&c).await
+    }
+
+    async fn update_permission(
+        &self,
+        id: &SessionId,
+        fence: Option<&Fence>,
+        change: PermissionChange,
+    ) -> Result<Option<SessionInfo>> {
+        let mut c = self.client().await?;
+        let tx = Self::fenced(&mut c, id, fence).await?;
+        if !sessions::update_permission(&tx, id, change).await? {
+            return Ok(None);
+        }
+        let after = sessions::get(&tx, id).await?;
+        tx.commit().await?;
+        Ok(after)
+    }
+
+    async fn delete_session(&self, id: &SessionId, fence: Option<&Fence>) -> Result<bool> {
+        let mut c = self.client().await?;
+        let tx = Self::fenced(&mut c, id, fence).await?;
+        let deleted = sessions::delete(&tx, id).await?;
+        tx.commit().await?;
+        Ok(deleted)
+    }
+
+    async fn touch_session(&self, id: &SessionId, fence: Option<&Fence>) -> Result<bool> {
+        let mut c = self.client().await?;
+        let tx = Self::fenced(&mut c, id, fence).await?;
+        let touched = sessions::touch(&tx, id).await?;
+        tx.commit().await?;
+        Ok(touched)
+    }
+
+    async fn put_message(&self, info: &MessageInfo, fence: Option<&Fence>) -> Result<bool> {
+        let body = messages::encode_message(info)?;
+        let mut c = self.client().await?;
+        let tx = Self::fenced(&mut c, info.session_id(), fence).await?;
+        let put = messages::put_message(&tx, info, &body).await?;
+        tx.commit().await?;
+        Ok(put)
+    }
+
+    async fn put_part(
+        &self,
+        part: &Part,
+        timeline: bool,
+        audit: &[AuditEntry],
+        fence: Option<&Fence>,
+    ) -> Result<()> {
+        let body = messages::encode_part(part)?;
+        let mut c = self.client().await?;
+        let tx = c.transaction().await?;
+        let event = timeline && part.tool_state().is_some();
+        let numbered = event || !audit.is_empty();
+        // The hot path: the fence check, the session's lock, the part, its
+        // timeline row and its audit rows go out in one flight (pipelined),
+        // then the commit: two round trips after BEGIN, not one per
+        // statement. The statements are prepared first (once per
+        // connection; then without a round trip), so each is sent the moment
+        // its future is first polled, and `join!` polls them in this order:
+        // the lock is taken before a row is numbered. If the fence does not
+        // hold, or the part's message is missing, whatever ran after is
+        // rolled back with the transaction.
+        tx.prepare_cached(lease::CHECK_LOCKED).await?;
+        tx.prepare_cached(LOCK_SESSION).await?;
+        tx.prepare_cached(messages::UPSERT_PART).await?;
+        tx.prepare_cached(&timeline::insert_sql()).await?;
+        if !audit.is_empty() {
+            tx.prepare_cached(audit::INSERT).await?;
+        }
+        let (held, locked, put, event, audited) = futures::join!(
+            async {
+                match fence {
+                    Some(f) => lease::check_fence(&tx, &part.session_id, f, true).await,
+                    None => Ok(()),
+                }
+            },
+            async {
+                match numbered {
+                    true => lock_session(&tx, &part.session_id).await,
+                    false => Ok(()),
+                }
+            },
+            messages::put_part(&tx, part, &body),
+            async {
+                match event {
+                    true => timeline::insert(&tx, part).await,
+                    false => Ok(()),
+                }
+            },
+            audit::insert(&tx, audit),
+        );
+        // The first failure is the one to report: after it, PostgreSQL
+        // refuses the rest of the transaction anyway.
+        held?;
+        locked?;
+        put?;
+        event?;
+        audited?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
+        let c = self.client().await?;
+        messages::read(&c, session).await
+    }
+
+    async fn part_events(&self, session: &SessionId) -> Result<Vec<PartEvent>> {
+        let c = self.client().await?;
+        timeline::read(&c, session).await
+    }
+
+    async fn audit(
+        &self,
+        session: &SessionId,
+        entries: &[AuditEntry],
+        fence: Option<&Fence>,
+    ) -> Result<()> {
+        let mut c = self.client().await?;
+        let tx = Self::fenced(&mut c, session, fence).await?;
+        lock_session(&tx, session).await?;
+        audit::insert(&tx, entries).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn audit_trail(&self, session: &SessionId) -> Result<Vec<AuditEntry>> {
+        let c = self.client().await?;
+        audit::read(&c, session).await
+    }
+
+    async fn mark_phases(
+        &self,
+        session: &SessionId,
+        message: Option<&MessageId>,
+        marks: &[(Millis, PhaseKind)],
+        fence: Option<&Fence>,
+    ) -> Result<()> {
+        let mut c = self.client().await?;
+        let tx = Self::fenced(&mut c, session, fence).await?;
+        lock_session(&tx, session).await?;
+        phase::insert(&tx, session, message, marks).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn phases(&self, session: &SessionId) -> Result<Vec<Phase>> {
+        let c = self.client().await?;
+        phase::read(&c, session).await
+    }
+
+    async fn acquire_lease(
+        &self,
+        session: &SessionId,
+        holder: &str,
+        ttl_ms: i64,
+        holder_is_dead: Arc<HolderIsDead>,
+    ) -> Result<std::result::Result<Fence, LeaseHeld>> {
+        let mut c = self.client().await?;
+        lease::acquire(&mut c, session, holder, ttl_ms, &*holder_is_dead).await
+    }
+
+    async fn renew_lease(&self, session: &SessionId, fence: &Fence, ttl_ms: i64) -> Result<bool> {
+        let c = self.client().await?;
+        lease::renew(&c, session, fence, ttl_ms).await
+    }
+
+    async fn release_lease(&self, session: &SessionId, fence: &Fence) -> Result<()> {
+        let c = self.client().await?;
+        lease::release(&c, session, fence).await
+    }
+
+    async fn leases(&self) -> Result<Vec<(SessionId, String, Millis)>> {
+        let c = self.client().await?;
+        lease::all(&c).await
+    }
+
+    async fn check_fence(&self, session: &SessionId, fence: &Fence) -> Result<()> {
+        let c = self.client().await?;
+        lease::check_fence(&c, session, fence, false).await
+    }
+
+    async fn checkpoint(&self) -> Result<()> {
+        // A committed transaction is in PostgreSQL's write-ahead log, which
+        // the server checkpoints itself: nothing to move.
+        Ok(())
+    }
+
+    async fn export_session(&self, id: &SessionId) -> Result<Option<SessionExport>> {
+        let mut c = self.client().await?;
+        // One snapshot: the session as it was at one moment.
+        let tx = c
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await?;
+        let out = export::export(&tx, id).await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    async fn import_session(&self, export: &SessionExport) -> Result<bool> {
+        let mut c = self.client().await?;
+        let tx = c.transaction().await?;
+        if !export::import(&tx, export).await? {
+            return Ok(false);
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stores opening one new database at once migrate it once; a schema
+    /// from a newer warden is refused, naming the ledger without its password.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_schema_is_migrated_once_and_a_newer_one_refused() {
+        let url = warden_pg_harness::database();
+        let (a, b) = tokio::join!(PgStore::open(&url), PgStore::open(&url));
+        let (a, _b) = (a.unwrap(), b.unwrap());
+        let c = a.client().await.unwrap();
+        let version: i64 = c
+            .query_one("SELECT version FROM warden_schema", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(version, schema::MIGRATIONS.len() as i64);
+        let rows = c.query("SELECT * FROM warden_schema", &[]).await.unwrap();
+        assert_eq!(rows.len(), 1);
+        c.execute("UPDATE warden_schema SET version = 99", &[])
+            .await
+            .unwrap();
+        let with_password = url.replacen("postgres@", "postgres:hunter2@", 1);
+        match PgStore::open(&with_password).await {
+            Err(LedgerError::TooNew {
+                path,
+                found,
+                supported,
+            }) => {
+                assert_eq!((path, found, supported), (url.clone(), 99, 1));
+            }
+            Err(other) => panic!("expected a refused schema, got {other:?}"),
+            Ok(_) => panic!("a newer schema was opened"),
+        }
+    }
+
+    /// A server that is not there is an error naming it, not a hang or a panic.
+    #[tokio::test]
+    async fn an_unreachable_server_is_a_clear_error() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("postgres://w:pw@127.0.0.1:{port}/ledger");
+        match PgStore::open(&url).await {
+            Err(LedgerError::Storage(m)) => {
+                assert!(
+                    m.starts_with(&format!(
+                        "cannot reach the ledger at postgres://w@127.0.0.1:{port}/ledger"
+                    )),
+                    "{m}"
+                );
+            }
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("opened a ledger on a closed port"),
+        }
+        match PgStore::open("postgres://w@127.0.0.1:notaport/x").await {
+            Err(LedgerError::Storage(m)) => assert!(m.contains("is not a PostgreSQL URL"), "{m}"),
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("opened a bad URL"),
+        }
+    }
+
+    #[test]
+    fn names_leave_the_password_out() {
+        assert_eq!(
+            without_password("postgres://warden:s3cret@db.example:5432/ledger"),
+            "postgres://warden@db.example:5432/ledger"
+        );
+        assert_eq!(
+            without_password("postgresql://db/ledger?user=w&password=x&sslmode=disable"),
+            "postgresql://db/ledger?user=w&sslmode=disable"
+        );
+        assert_eq!(
+            without_password("postgres://w@127.0.0.1:1/d"),
+            "postgres://w@127.0.0.1:1/d"
+        );
+        assert_eq!(
+            without_password("postgres://w:p@h/d?password=p"),
+            "postgres://w@h/d"
+        );
+    }
+}
