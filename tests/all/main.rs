@@ -20,6 +20,7 @@ mod mcp;
 mod opencode;
 mod operator;
 mod plugin_new;
+mod postgres;
 mod provider_faults;
 mod providers;
 mod read_tool;

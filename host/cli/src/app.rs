@@ -38,14 +38,49 @@ pub fn config(common: &Common, dir: &Path) -> Result<(Config, Option<PathBuf>)> 
     }
 }
 
-/// Open the ledger in the data dir, which is created (or tightened to be)
-/// readable by its owner only: it holds every session and the compiled code
-/// warden runs.
-pub fn ledger(data_dir: &Path) -> Result<Ledger> {
+/// Where the ledger lives: `--ledger` / `WARDEN_LEDGER`, else the config's
+/// `ledger`, else `ledger.db` in the data dir.
+pub fn ledger_location(common: &Common, config: &Config, data_dir: &Path) -> String {
+    common
+        .ledger
+        .clone()
+        .or_else(|| config.ledger.clone())
+        .unwrap_or_else(|| data_dir.join("ledger.db").display().to_string())
+}
+
+/// The SQLite file a location names, if it names one.
+pub fn ledger_file(location: &str) -> Option<PathBuf> {
+    let lower = location.to_ascii_lowercase();
+    if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
+        return None;
+    }
+    let path = location.strip_prefix("sqlite:").unwrap_or(location);
+    Some(PathBuf::from(path.strip_prefix("//").unwrap_or(path)))
+}
+
+/// Open the ledger for a command that needs nothing else (the config is
+/// read only for its `ledger` key).
+pub async fn ledger(common: &Common) -> Result<Ledger> {
+    let data_dir = data_dir(common)?;
+    let cwd = std::env::current_dir().context("cannot read the working directory")?;
+    let (config, _) = config(common, &cwd)?;
+    open_ledger(&ledger_location(common, &config, &data_dir), &data_dir).await
+}
+
+/// Open the ledger at `location`. The data dir is created (or tightened to
+/// be) readable by its owner only: it holds the default ledger file and the
+/// compiled code warden runs.
+pub async fn open_ledger(location: &str, data_dir: &Path) -> Result<Ledger> {
     warden_runtime::cache::owner_only_dir(data_dir).map_err(|e| anyhow::anyhow!(e))?;
-    let path = data_dir.join("ledger.db");
-    Ledger::open(&path, Bus::new())
-        .with_context(|| format!("cannot open the ledger at {}", path.display()))
+    let store = warden_core::ledger::location::open_store(location)
+        .await
+        .with_context(|| format!("cannot open the ledger at {}", shown(location)))?;
+    Ok(Ledger::new(store, Bus::new()))
+}
+
+/// A location as it may be shown: a URL without its password.
+pub fn shown(location: &str) -> String {
+    warden_core::ledger::postgres::without_password(location)
 }
 
 /// Everything a session needs.
@@ -59,7 +94,8 @@ pub struct App {
 pub async fn build(common: &Common, dir: &Path) -> Result<App> {
     let data_dir = data_dir(common)?;
     let (config, config_path) = config(common, dir)?;
-    let ledger = ledger(&data_dir)?;
+    let location = ledger_location(common, &config, &data_dir);
+    let ledger = open_ledger(&location, &data_dir).await?;
     let mut host = load_host(&config, &data_dir)
         .await
         .context("cannot load the plugins")?;
@@ -84,15 +120,20 @@ pub async fn build(common: &Common, dir: &Path) -> Result<App> {
         });
     }
     if let Ok(data) = std::fs::canonicalize(&data_dir) {
-        for name in [
-            "ledger.db",
-            "ledger.db-wal",
-            "ledger.db-shm",
-            "cache",
-            "plugins",
-        ] {
+        for name in ["cache", "plugins"] {
             options.protected.push(Protected {
                 path: data.join(name),
+                writes_only: false,
+            });
+        }
+    }
+    // A SQLite ledger, wherever it is, with its log and shared memory.
+    if let Some(file) = ledger_file(&location).and_then(|f| std::fs::canonicalize(f).ok()) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut path = file.clone().into_os_string();
+            path.push(suffix);
+            options.protected.push(Protected {
+                path: path.into(),
                 writes_only: false,
             });
         }

@@ -59,7 +59,7 @@ pub fn parse_since(text: &str, now_ms: i64) -> Result<i64> {
 
 pub async fn audit(args: AuditArgs) -> Result<ExitCode> {
     let data_dir = app::data_dir(&args.common)?;
-    let ledger = app::ledger(&data_dir)?;
+    let ledger = app::ledger(&args.common).await?;
     let mut filter = AuditFilter {
         limit: args.limit,
         decision: args.decision.map(|d| match d {

@@ -48,6 +48,11 @@ pub struct Common {
     /// The config file (default: warden.json in the working directory, if present).
     #[arg(long, env = "WARDEN_CONFIG", global = true)]
     pub config: Option<PathBuf>,
+    /// Where the ledger lives: a SQLite file (PATH or sqlite:PATH) or a
+    /// PostgreSQL database (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE).
+    /// Default: the config's `ledger`, else ledger.db in the data dir.
+    #[arg(long, env = "WARDEN_LEDGER", global = true)]
+    pub ledger: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -84,7 +89,7 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Serve every loaded tool to MCP clients over stdio (each call checked like a session's).
     Mcp(mcp_cmd::McpArgs),
-    /// Check the ledger file for damage.
+    /// Check a ledger file for damage, or move a ledger to another backend.
     Ledger {
         #[command(subcommand)]
         command: ledger_cmd::LedgerCommand,
@@ -126,7 +131,7 @@ fn main() -> ExitCode {
             Command::Session { command, common } => session_cmd::session(command, common).await,
             Command::Trace(args) => trace::trace(args).await,
             Command::Audit(args) => audit_cmd::audit(args).await,
-            Command::Ledger { command, common } => ledger_cmd::ledger(command, common),
+            Command::Ledger { command, common } => ledger_cmd::ledger(command, common).await,
             Command::Plugin { command, common } => plugin_cmd::plugin(command, common).await,
             Command::Serve(args) => serve::serve(args).await,
             Command::Mcp(args) => mcp_cmd::mcp(args).await,

@@ -38,10 +38,9 @@ pub enum SessionCommand {
 }
 
 pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode> {
-    let data_dir = app::data_dir(&common)?;
     match command {
         SessionCommand::List { format } => {
-            let ledger = app::ledger(&data_dir)?;
+            let ledger = app::ledger(&common).await?;
             let sessions = ledger.sessions().await?;
             if format == Format::Json {
                 say!("{}", serde_json::to_string_pretty(&sessions)?);
@@ -62,7 +61,7 @@ pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode
             Ok(ExitCode::SUCCESS)
         }
         SessionCommand::Show { id, format } => {
-            let ledger = app::ledger(&data_dir)?;
+            let ledger = app::ledger(&common).await?;
             let id = SessionId(id);
             let info = ledger.session(&id).await?;
             let messages = ledger.messages(&id).await?;
@@ -80,7 +79,7 @@ pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode
             Ok(ExitCode::SUCCESS)
         }
         SessionCommand::Export { id, format: _ } => {
-            let ledger = app::ledger(&data_dir)?;
+            let ledger = app::ledger(&common).await?;
             let id = SessionId(id);
             let export = json!({
                 "session": ledger.session(&id).await?,
@@ -92,7 +91,7 @@ pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode
             Ok(ExitCode::SUCCESS)
         }
         SessionCommand::Resume { id, format } => {
-            let ledger = app::ledger(&data_dir)?;
+            let ledger = app::ledger(&common).await?;
             let id = SessionId(id);
             let info = ledger.session(&id).await?;
             drop(ledger);

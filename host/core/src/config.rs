@@ -64,6 +64,12 @@ pub struct Config {
     /// defaults to `ask`.
     #[serde(default)]
     pub mcp: BTreeMap<String, McpServerConfig>,
+    /// Where the ledger lives when neither `--ledger` nor `WARDEN_LEDGER`
+    /// says: a SQLite file (a path, or `sqlite:PATH`) or a PostgreSQL URL
+    /// (`postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`). Default: the
+    /// data dir's `ledger.db`.
+    #[serde(default)]
+    pub ledger: Option<String>,
 }
 
 /// One MCP server: a local command warden starts, or a remote URL.

@@ -45,7 +45,7 @@ pub struct TraceArgs {
 }
 
 pub async fn trace(args: TraceArgs) -> Result<ExitCode> {
-    let ledger = app::ledger(&app::data_dir(&args.common)?)?;
+    let ledger = app::ledger(&args.common).await?;
     let id = SessionId(args.id.clone());
     let session = ledger.session(&id).await?;
     let t = timeline::build(
