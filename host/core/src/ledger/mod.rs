@@ -502,15 +502,6 @@ impl Ledger {
         Ok(self.store.leases().await?)
     }
 
-    /// Give the lease back (only if this holder still has it at this epoch).
-    /// Its epoch stays, so the next holder's is higher.
-    pub async fn release_lease(&self, session: &SessionId, fence: &Fence) -> Result<()> {
-        self.forget_lease(session, fence);
-        Ok(self.store.release_lease(session, fence).await?)
-    }
-}
-
-impl Ledger {
     /// Stop using the lease `fence` names in this process (its held copy and
     /// its fence), without telling the store: the first half of
     /// [`Ledger::release_lease`], for a caller that cannot wait for the second.
@@ -520,6 +511,13 @@ impl Ledger {
         if fences.get(session) == Some(fence) {
             fences.remove(session);
         }
+    }
+
+    /// Give the lease back (only if this holder still has it at this epoch).
+    /// Its epoch stays, so the next holder's is higher.
+    pub async fn release_lease(&self, session: &SessionId, fence: &Fence) -> Result<()> {
+        self.forget_lease(session, fence);
+        Ok(self.store.release_lease(session, fence).await?)
     }
 }
 
