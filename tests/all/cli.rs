@@ -76,6 +76,8 @@ async fn the_seed_scenario_reads_then_answers_in_two_requests() {
     assert_eq!(roles, ["user", "assistant", "assistant"]);
     let kinds: Vec<&str> = msgs[1].parts.iter().map(|p| p.body.kind()).collect();
     assert_eq!(kinds, ["step-start", "tool", "step-finish"]);
+    // The run gave its lease back before the process exited.
+    assert_eq!(ledger.leases().await.unwrap(), []);
 }
 
 #[test]

@@ -580,3 +580,23 @@ async fn a_session_moves_whole_from_sqlite_to_postgres() {
 async fn a_session_moves_whole_from_postgres_to_sqlite() {
     a_session_moves_whole(Place::postgres(), Place::sqlite()).await
 }
+
+/// A database whose default isolation is stricter than READ COMMITTED (an
+/// operator's choice warden does not control) still takes writers at once:
+/// the store sets its own level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_at_once_land_on_a_database_that_defaults_to_repeatable_read() {
+    let url = warden_pg_harness::database();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let db = url.rsplit('/').next().unwrap().to_string();
+    client
+        .batch_execute(&format!(
+            "ALTER DATABASE \"{db}\" SET default_transaction_isolation = 'repeatable read'"
+        ))
+        .await
+        .unwrap();
+    writers_at_once_all_land(Place::Postgres(url)).await
+}

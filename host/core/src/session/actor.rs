@@ -167,6 +167,13 @@ impl Actor {
                 Op::Run { reply } => (Job::Run, vec![reply]),
             };
             let (result, replies) = self.job(job, replies, &mut queued).await;
+            // Nothing more to do: the lease goes back before the callers hear
+            // the answer, so one that exits as soon as it has it (`warden
+            // run`) leaves no lease behind. An operation that comes in after
+            // this takes the lease again.
+            if queued.is_empty() && self.ops.is_empty() {
+                self.release().await;
+            }
             answer(replies, result);
         }
     }

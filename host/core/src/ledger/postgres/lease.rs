@@ -19,7 +19,7 @@ pub async fn acquire(
     ttl_ms: i64,
     holder_is_dead: &HolderIsDead,
 ) -> Result<std::result::Result<Fence, LeaseHeld>> {
-    let tx = client.transaction().await?;
+    let tx = super::begin(client).await?;
     // A row to lock even for a session that never had a runner (epoch 0,
     // held by no one); a second process doing the same waits for this one.
     tx.execute(

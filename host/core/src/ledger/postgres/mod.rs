@@ -51,6 +51,25 @@ const NOW: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a call may wait for a free connection of the pool.
 const POOL_WAIT: Duration = Duration::from_secs(60);
+/// How long a connection may sit in an open transaction doing nothing
+/// before the server ends it (its host stopped or lost between statements).
+const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(15);
+/// How long a statement may wait for a row lock.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
+/// How long one statement may run.
+const STATEMENT: Duration = Duration::from_secs(60);
+
+/// A transaction at READ COMMITTED, whatever the database's default: the
+/// fence check and the per-session numbering rely on each statement seeing
+/// what committed before it (a snapshot taken at the first statement would
+/// miss the rows of the writer it waited for).
+pub(crate) async fn begin(client: &mut PgClient) -> Result<Transaction<'_>> {
+    Ok(client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
+        .start()
+        .await?)
+}
 
 /// The PostgreSQL ledger.
 pub struct PgStore {
@@ -75,6 +94,26 @@ impl PgStore {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
+        // Nothing may hold a session's rows for long: a host paused (SIGSTOP)
+        // or cut off between BEGIN and COMMIT is ended by the server and its
+        // locks freed, so another host can take the session over when its
+        // lease expires; a lock wait or a statement that never ends is an
+        // error, not a hang. Settings in the URL's own `options` win.
+        let ours = format!(
+            "-c idle_in_transaction_session_timeout={} -c lock_timeout={} -c statement_timeout={}",
+            IDLE_IN_TRANSACTION.as_millis(),
+            LOCK_WAIT.as_millis(),
+            STATEMENT.as_millis()
+        );
+        let options = match config.get_options() {
+            Some(theirs) => format!("{ours} {theirs}"),
+            None => ours,
+        };
+        config.options(options);
+        // A connection whose peer vanished without a word (no FIN, no RST)
+        // is found dead in seconds, not the two hours of TCP's default.
+        config.keepalives_idle(Duration::from_secs(10));
+        config.tcp_user_timeout(Duration::from_secs(30));
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -109,7 +148,7 @@ impl PgStore {
         session: &SessionId,
         fence: Option<&Fence>,
     ) -> Result<deadpool_postgres::Transaction<'c>> {
-        let tx = client.transaction().await?;
+        let tx = begin(client).await?;
         if let Some(fence) = fence {
             lease::check_fence(&tx, session, fence, true).await?;
         }
@@ -120,16 +159,21 @@ impl PgStore {
 /// `url` with any password left out: what messages may show.
 pub fn without_password(url: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let (authority, tail) = match rest.find(['/', '?']) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    let authority = match authority.rsplit_once('@') {
-        Some((user, host)) => {
+    // The user info runs to the first `@`, as the client parses it: a
+    // password may hold a `/` or a `?` (an `@` in it must be encoded).
+    let (authority, tail) = match rest.split_once('@') {
+        Some((user, after)) => {
             let user = user.split_once(':').map_or(user, |(u, _)| u);
-            format!("{user}@{host}")
+            let (host, tail) = match after.find(['/', '?']) {
+                Some(i) => after.split_at(i),
+                None => (after, ""),
+            };
+            (format!("{user}@{host}"), tail)
         }
-        None => authority.to_string(),
+        None => match rest.find(['/', '?']) {
+            Some(i) => (rest[..i].to_string(), &rest[i..]),
+            None => (rest.to_string(), ""),
+        },
     };
     let tail = match tail.split_once('?') {
         Some((path, query)) => {
@@ -255,7 +299,7 @@ impl Store for PgStore {
     ) -> Result<()> {
         let body = messages::encode_part(part)?;
         let mut c = self.client().await?;
-        let tx = c.transaction().await?;
+        let tx = begin(&mut c).await?;
         let event = timeline && part.tool_state().is_some();
         let numbered = event || !audit.is_empty();
         // The hot path: the fence check, the session's lock, the part, its
@@ -409,7 +453,7 @@ impl Store for PgStore {
 
     async fn import_session(&self, export: &SessionExport) -> Result<bool> {
         let mut c = self.client().await?;
-        let tx = c.transaction().await?;
+        let tx = begin(&mut c).await?;
         if !export::import(&tx, export).await? {
             return Ok(false);
         }
@@ -453,6 +497,28 @@ mod tests {
             Err(other) => panic!("expected a refused schema, got {other:?}"),
             Ok(_) => panic!("a newer schema was opened"),
         }
+    }
+
+    /// Every connection carries the limits that keep a stopped host from
+    /// holding a session's rows, and the URL's own settings win over them.
+    #[tokio::test]
+    async fn connections_carry_the_timeouts_and_the_url_s_own_settings_win() {
+        let url = warden_pg_harness::database();
+        let show = async |store: &PgStore, what: &str| -> String {
+            let c = store.client().await.unwrap();
+            c.query_one(&format!("SHOW {what}"), &[])
+                .await
+                .unwrap()
+                .get(0)
+        };
+        let store = PgStore::open(&url).await.unwrap();
+        assert_eq!(show(&store, "idle_in_transaction_session_timeout").await, "15s");
+        assert_eq!(show(&store, "lock_timeout").await, "10s");
+        assert_eq!(show(&store, "statement_timeout").await, "1min");
+        let theirs = format!("{url}?options=-c%20lock_timeout%3D2000");
+        let store = PgStore::open(&theirs).await.unwrap();
+        assert_eq!(show(&store, "lock_timeout").await, "2s");
+        assert_eq!(show(&store, "statement_timeout").await, "1min");
     }
 
     /// A server that is not there is an error naming it, not a hang or a panic.
@@ -500,6 +566,15 @@ mod tests {
         assert_eq!(
             without_password("postgres://w:p@h/d?password=p"),
             "postgres://w@h/d"
+        );
+        // A password with a `/` or a `?` in it, which the client accepts.
+        assert_eq!(
+            without_password("postgres://w:ab/cd@db/l"),
+            "postgres://w@db/l"
+        );
+        assert_eq!(
+            without_password("postgres://w:a?b/c@db:5/l?sslmode=disable"),
+            "postgres://w@db:5/l?sslmode=disable"
         );
     }
 }

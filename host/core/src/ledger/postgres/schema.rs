@@ -95,7 +95,7 @@ const MIGRATION_LOCK: i64 = 0x7761_7264_656e; // "warden"
 
 /// Bring the schema up to date (refusing a ledger it cannot write).
 pub async fn migrate(client: &mut PgClient, name: &str) -> Result<()> {
-    let tx = client.transaction().await?;
+    let tx = super::begin(client).await?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await?;
     tx.batch_execute("CREATE TABLE IF NOT EXISTS warden_schema (version BIGINT NOT NULL)")
