@@ -512,7 +512,10 @@ mod tests {
                 .get(0)
         };
         let store = PgStore::open(&url).await.unwrap();
-        assert_eq!(show(&store, "idle_in_transaction_session_timeout").await, "15s");
+        assert_eq!(
+            show(&store, "idle_in_transaction_session_timeout").await,
+            "15s"
+        );
         assert_eq!(show(&store, "lock_timeout").await, "10s");
         assert_eq!(show(&store, "statement_timeout").await, "1min");
         let theirs = format!("{url}?options=-c%20lock_timeout%3D2000");

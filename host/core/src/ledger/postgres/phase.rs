@@ -5,54 +5,7 @@ use deadpool_postgres::{GenericClient, Transaction};
 use warden_protocol::{MessageId, Millis, SessionId};
 
 use super::Result;
-use crate::ledger::phase::{Phase, PhaseKind};
-
-/// The stored kind (`kind` column).
-fn code(kind: &PhaseKind) -> i32 {
-    match kind {
-        PhaseKind::ModelRequest { .. } => 0,
-        PhaseKind::FirstToken => 1,
-        PhaseKind::StepFinish { .. } => 2,
-        PhaseKind::RetryWait { .. } => 3,
-    }
-}
-
-/// The stored columns besides the kind: (attempt, until, detail).
-fn columns(kind: &PhaseKind) -> (Option<i64>, Option<Millis>, Option<&str>) {
-    match kind {
-        PhaseKind::ModelRequest { attempt } => (Some(i64::from(*attempt)), None, None),
-        PhaseKind::FirstToken => (None, None, None),
-        PhaseKind::StepFinish { reason } => (None, None, Some(reason)),
-        PhaseKind::RetryWait {
-            attempt,
-            until,
-            message,
-        } => (Some(i64::from(*attempt)), Some(*until), Some(message)),
-    }
-}
-
-/// Back from the stored columns; `None` for a kind this warden does not know.
-fn kind(
-    code: i32,
-    attempt: Option<i64>,
-    until: Option<Millis>,
-    detail: Option<String>,
-) -> Option<PhaseKind> {
-    let attempt = attempt.and_then(|a| u32::try_from(a).ok()).unwrap_or(1);
-    Some(match code {
-        0 => PhaseKind::ModelRequest { attempt },
-        1 => PhaseKind::FirstToken,
-        2 => PhaseKind::StepFinish {
-            reason: detail.unwrap_or_default(),
-        },
-        3 => PhaseKind::RetryWait {
-            attempt,
-            until: until.unwrap_or(0),
-            message: detail.unwrap_or_default(),
-        },
-        _ => return None,
-    })
-}
+use crate::ledger::phase::{Phase, PhaseKind, PhaseRow};
 
 /// Record `marks` (the caller holds the session's row lock).
 pub async fn insert(
@@ -77,7 +30,7 @@ pub async fn insert_one(
     k: &PhaseKind,
     seq: Option<i64>,
 ) -> Result<()> {
-    let (attempt, until, detail) = columns(k);
+    let row = k.to_row();
     tx.execute(
         &tx.prepare_cached(
             "INSERT INTO phase (session_id, seq, message_id, at, kind, attempt, until_at, detail)
@@ -92,10 +45,10 @@ pub async fn insert_one(
             &session.as_str(),
             &message.map(|m| m.as_str()),
             &at,
-            &code(k),
-            &attempt,
-            &until,
-            &detail,
+            &row.code,
+            &row.attempt,
+            &row.until,
+            &row.detail,
             &seq,
         ],
     )
@@ -123,7 +76,12 @@ pub async fn read(c: &impl GenericClient, session: &SessionId) -> Result<Vec<Pha
                 seq: r.get(0),
                 at: r.get(1),
                 message_id: r.get::<_, Option<String>>(2).map(MessageId),
-                kind: kind(r.get(3), r.get(4), r.get(5), r.get(6))?,
+                kind: PhaseKind::from_row(PhaseRow {
+                    code: r.get(3),
+                    attempt: r.get(4),
+                    until: r.get(5),
+                    detail: r.get(6),
+                })?,
             })
         })
         .collect())

@@ -6,7 +6,7 @@ use rusqlite::{Connection, Transaction, params};
 use warden_protocol::{MessageId, Millis, SessionId};
 
 use super::Result;
-use crate::ledger::phase::{Phase, PhaseKind};
+use crate::ledger::phase::{Phase, PhaseKind, PhaseRow};
 
 const INSERT_PHASE: &str = "\
     INSERT INTO phase (session, seq, message, at, kind, attempt, until_at, detail)
@@ -15,55 +15,6 @@ const INSERT_PHASE: &str = "\
            (SELECT m.key FROM message m WHERE m.session = s.key AND m.id = ?2),
            ?3, ?4, ?5, ?6, ?7
     FROM session s WHERE s.id = ?1";
-
-/// The stored kind (`kind` column).
-fn code(kind: &PhaseKind) -> i64 {
-    match kind {
-        PhaseKind::ModelRequest { .. } => 0,
-        PhaseKind::FirstToken => 1,
-        PhaseKind::StepFinish { .. } => 2,
-        PhaseKind::RetryWait { .. } => 3,
-    }
-}
-
-/// The stored columns besides the kind: (attempt, until, detail).
-fn columns(kind: &PhaseKind) -> (Option<u32>, Option<Millis>, Option<&str>) {
-    match kind {
-        PhaseKind::ModelRequest { attempt } => (Some(*attempt), None, None),
-        PhaseKind::FirstToken => (None, None, None),
-        PhaseKind::StepFinish { reason } => (None, None, Some(reason)),
-        PhaseKind::RetryWait {
-            attempt,
-            until,
-            message,
-        } => (Some(*attempt), Some(*until), Some(message)),
-    }
-}
-
-/// Back from the stored columns; `None` for a kind this warden does not
-/// know (written by a newer one).
-fn kind(
-    code: i64,
-    attempt: Option<u32>,
-    until: Option<Millis>,
-    detail: Option<String>,
-) -> Option<PhaseKind> {
-    Some(match code {
-        0 => PhaseKind::ModelRequest {
-            attempt: attempt.unwrap_or(1),
-        },
-        1 => PhaseKind::FirstToken,
-        2 => PhaseKind::StepFinish {
-            reason: detail.unwrap_or_default(),
-        },
-        3 => PhaseKind::RetryWait {
-            attempt: attempt.unwrap_or(1),
-            until: until.unwrap_or(0),
-            message: detail.unwrap_or_default(),
-        },
-        _ => return None,
-    })
-}
 
 /// Record `marks` inside `tx`.
 pub fn insert(
@@ -74,15 +25,15 @@ pub fn insert(
 ) -> Result<()> {
     let mut insert = tx.prepare_cached(INSERT_PHASE)?;
     for (at, k) in marks {
-        let (attempt, until, detail) = columns(k);
+        let row = k.to_row();
         insert.execute(params![
             session.as_str(),
             message.map(|m| m.as_str()),
             at,
-            code(k),
-            attempt,
-            until,
-            detail
+            row.code,
+            row.attempt,
+            row.until,
+            row.detail
         ])?;
     }
     Ok(())
@@ -97,7 +48,7 @@ pub fn insert_at(
     at: Millis,
     k: &PhaseKind,
 ) -> Result<()> {
-    let (attempt, until, detail) = columns(k);
+    let row = k.to_row();
     tx.prepare_cached(
         "INSERT INTO phase (session, seq, message, at, kind, attempt, until_at, detail)
          SELECT s.key, ?8,
@@ -109,10 +60,10 @@ pub fn insert_at(
         session.as_str(),
         message.map(|m| m.as_str()),
         at,
-        code(k),
-        attempt,
-        until,
-        detail,
+        row.code,
+        row.attempt,
+        row.until,
+        row.detail,
         seq
     ])?;
     Ok(())
@@ -132,7 +83,12 @@ pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<Phase>> {
             r.get::<_, i64>(0)?,
             r.get::<_, i64>(1)?,
             r.get::<_, Option<String>>(2)?,
-            kind(r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?),
+            PhaseKind::from_row(PhaseRow {
+                code: r.get(3)?,
+                attempt: r.get(4)?,
+                until: r.get(5)?,
+                detail: r.get::<_, Option<String>>(6)?.as_deref(),
+            }),
         ))
     })?;
     let mut out = Vec::new();
