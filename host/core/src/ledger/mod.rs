@@ -94,8 +94,11 @@ impl Ledger {
         Ok(Ledger::new(Arc::new(SqliteStore::open(path)?), bus))
     }
 
-    /// The ledger on `store`, publishing on `bus`.
+    /// The ledger on `store`, publishing on `bus`. A store shared by
+    /// several hosts connects `bus` to them here (its relay), so every
+    /// event published below reaches their buses too, and theirs this one.
     pub fn new(store: Arc<dyn Store>, bus: Bus) -> Ledger {
+        store.start_relay(&bus);
         Ledger {
             store,
             bus,

@@ -30,6 +30,11 @@
 //! this trait. Absence is a value (`Option`, `bool`), not an error: the
 //! layer above decides what a missing session means.
 //!
+//! **Events across hosts.** A backend shared by several hosts relays the
+//! events each publishes to the others ([`Store::start_relay`]); the
+//! `Ledger` and the server above do not know whether one runs. A backend of
+//! one machine (SQLite) keeps the default, which relays nothing.
+//!
 //! **Time.** A backend keeps its own bookkeeping times (a row's
 //! `updated_at`, a lease's expiry) on its own clock: a shared database's
 //! clock is the one its hosts agree on.
@@ -105,6 +110,12 @@ pub trait Store: Send + Sync {
     /// What to call this ledger in messages: its file path or its URL
     /// (without a password).
     fn name(&self) -> &str;
+
+    /// Connect `bus` to the other hosts sharing this ledger: what it
+    /// publishes goes to them, what they publish arrives on it (see
+    /// `bus.rs`). Called once, when the [`super::Ledger`] is made; the
+    /// default (a ledger only one machine uses) relays nothing.
+    fn start_relay(&self, _bus: &crate::bus::Bus) {}
 
     // ---- sessions ----
 
