@@ -12,8 +12,11 @@
 //! it leaves. [`Answer::refusal`] says which, in a sentence the model is shown.
 //!
 //! **Across hosts.** When the ledger relays events between hosts (its bus
-//! has a relay, see `bus.rs`), a front end on another host may answer, so a
-//! question waits for its deadline even with nobody attached here. Asks
+//! has a relay, see `bus.rs`) and the process serves clients
+//! ([`Permissions::answer_from_other_hosts`], which `warden serve` calls), a
+//! front end on another host may answer, so a question waits for its
+//! deadline even with nobody attached here. (A `warden run` on a shared
+//! ledger keeps refusing at once what nobody here can answer.) Asks
 //! relayed from other hosts are kept (until their `permission.replied`
 //! arrives) and listed by [`Permissions::pending`]; [`Permissions::reply`]
 //! to one of them sends the answer to the asking host, which applies it as
@@ -134,6 +137,8 @@ struct Inner {
     ledger: Ledger,
     state: Mutex<State>,
     deadline: Duration,
+    /// Whether front ends on other hosts count as able to answer.
+    others_answer: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {
@@ -142,9 +147,13 @@ impl Inner {
     }
 
     /// Whether someone may answer: someone attached here, or (on a ledger
-    /// shared by hosts) anyone on another host.
+    /// shared by serving hosts) anyone on another host.
     fn can_answer(&self, state: &State, session: &SessionId) -> bool {
-        state.attached(session) || self.ledger.bus().is_relayed()
+        state.attached(session)
+            || (self
+                .others_answer
+                .load(std::sync::atomic::Ordering::Relaxed)
+                && self.ledger.bus().is_relayed())
     }
 
     /// Settle a question that is still pending with a refusal: its asker
@@ -252,12 +261,22 @@ impl Permissions {
                 ledger,
                 state: Mutex::new(State::default()),
                 deadline,
+                others_answer: Default::default(),
             }),
         };
         if relayed && let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(follow_elsewhere(Arc::downgrade(&permissions.inner)));
         }
         permissions
+    }
+
+    /// Count front ends on other hosts sharing the ledger as able to
+    /// answer (when it relays events between hosts): a question then waits
+    /// for its deadline, not refused at once, when nobody here is attached.
+    pub fn answer_from_other_hosts(&self) {
+        self.inner
+            .others_answer
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// How long a question waits for an answer.
