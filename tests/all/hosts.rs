@@ -5,7 +5,10 @@
 
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use warden_llm::sse::SseParser;
 
 use crate::common::*;
 use crate::server::{Server, client, is_idle, model, send, subscribe, until};
@@ -28,6 +31,32 @@ fn outline(seen: &[Value]) -> Vec<String> {
             _ => None,
         })
         .collect()
+}
+
+/// Subscribe to an event stream, resuming after SSE id `last` when given;
+/// each event [`flat`], with its SSE id as `"sse_id"`.
+async fn subscribe_from(url: String, last: Option<&str>) -> mpsc::UnboundedReceiver<Value> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut req = client().get(&url);
+    if let Some(id) = last {
+        req = req.header("last-event-id", id);
+    }
+    let res = req.send().await.unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    let mut stream = res.bytes_stream();
+    tokio::spawn(async move {
+        let mut parser = SseParser::new();
+        while let Some(Ok(chunk)) = stream.next().await {
+            for e in parser.push(&chunk).unwrap() {
+                if let Ok(v) = serde_json::from_str::<Value>(&e.data) {
+                    let mut v = flat(v);
+                    v["sse_id"] = json!(e.id);
+                    let _ = tx.send(v);
+                }
+            }
+        }
+    });
+    rx
 }
 
 /// The event of a `/global/event` message, as [`flat`] makes one of `/event`.
@@ -80,7 +109,7 @@ async fn a_client_of_another_host_sees_a_session_s_events_in_order_and_answers_i
     .await;
 
     let mut on_a = subscribe(a.url(&format!("/event?session={id}"))).await;
-    let mut on_b = subscribe(b.url(&format!("/event?session={id}"))).await;
+    let mut on_b = subscribe_from(b.url(&format!("/event?session={id}")), None).await;
     let (status, _) = send(
         &c,
         "POST",
@@ -181,6 +210,36 @@ async fn a_client_of_another_host_sees_a_session_s_events_in_order_and_answers_i
         .collect();
     assert_eq!(text, "read it");
     assert_eq!(env.requests().len(), 2);
+    // Every event B sent carried its relay number, in increasing order.
+    let numbers: Vec<i64> = seen_b
+        .iter()
+        .filter(|e| e["type"] != "server.connected")
+        .map(|e| e["sse_id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert!(numbers.windows(2).all(|w| w[0] <= w[1]), "{numbers:?}");
+
+    // A client that reconnects to B (or to A) with the ask's number as its
+    // Last-Event-ID gets what followed it, from the outbox, none twice.
+    let ask_number = seen_b
+        .iter()
+        .find(|e| e["type"] == "permission.asked")
+        .unwrap()["sse_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let after_ask: Vec<String> = outline(&seen_b)
+        .into_iter()
+        .skip_while(|s| s != "asked read")
+        .skip(1)
+        .collect();
+    for host in [&b, &a] {
+        let mut resumed =
+            subscribe_from(host.url(&format!("/event?session={id}")), Some(&ask_number)).await;
+        let again = until(&mut resumed, is_idle).await;
+        assert_eq!(again[0]["type"], "server.connected");
+        assert_eq!(outline(&again), after_ask, "{}", host.base);
+    }
+
     // B's global stream carried the same session's events too.
     let global: Vec<Value> = until(&mut b_all, |e| {
         let e = payload(e);

@@ -11,7 +11,10 @@
 //! reaches this process's subscribers and the [`Bus::subscribe_elsewhere`]
 //! channel but is never handed to the relay again. An answer to a question
 //! another host asked travels the same way ([`Bus::send_answer`] out,
-//! [`Bus::deliver_answer`] in). With no relay connected (SQLite, one
+//! [`Bus::deliver_answer`] in). The relay also hands back every host's
+//! events, this one's included, with their numbers in its order
+//! ([`Bus::subscribe_numbered`]): client streams read those, so a client
+//! can resume from a number on any host. With no relay connected (SQLite, one
 //! machine) nothing of this costs more than a check of an empty cell.
 
 use std::collections::HashMap;
@@ -36,6 +39,17 @@ pub struct Bus {
     /// What came from the other hosts, for the services that act on it
     /// (the question service keeps other hosts' asks and applies answers).
     elsewhere: broadcast::Sender<Arc<Elsewhere>>,
+    /// Every host's events (this one's included) in the relay's order, each
+    /// with its relay number, as they come back from the shared ledger: what
+    /// a client stream reads when it may resume by number.
+    ordered: broadcast::Sender<Arc<Numbered>>,
+}
+
+/// An event with its relay number (its place in the order of all hosts').
+#[derive(Debug, Clone)]
+pub struct Numbered {
+    pub seq: i64,
+    pub event: Arc<Event>,
 }
 
 /// An answer given on one host to a question another host asked.
@@ -79,6 +93,7 @@ impl Bus {
             sessions: Default::default(),
             relay: Default::default(),
             elsewhere: broadcast::channel(CAPACITY).0,
+            ordered: broadcast::channel(CAPACITY).0,
         }
     }
 
@@ -101,7 +116,20 @@ impl Bus {
             seq,
             event: event.clone(),
         }));
+        self.publish_numbered(seq, event.clone());
         self.deliver(event);
+    }
+
+    /// Hand on an event with its relay number, to the streams that read
+    /// every host's events in the relay's order ([`Bus::subscribe_numbered`]).
+    /// The relay calls it for this host's own events too, as they come back.
+    pub fn publish_numbered(&self, seq: i64, event: Arc<Event>) {
+        let _ = self.ordered.send(Arc::new(Numbered { seq, event }));
+    }
+
+    /// Receive every host's events in the relay's order from now on.
+    pub fn subscribe_numbered(&self) -> broadcast::Receiver<Arc<Numbered>> {
+        self.ordered.subscribe()
     }
 
     /// Connect the relay: from now on what this process publishes is also

@@ -124,6 +124,17 @@ impl Ledger {
         self.store.name()
     }
 
+    /// The relayed events past number `after` (of one session, or all), for
+    /// a client resuming its stream; `None` when this ledger relays nothing
+    /// (one machine's). See `store.rs`.
+    pub async fn replay(
+        &self,
+        after: i64,
+        session: Option<&SessionId>,
+    ) -> Result<Option<store::Replay>> {
+        Ok(self.store.replay(after, session).await?)
+    }
+
     /// The bus every write is published on.
     pub fn bus(&self) -> &Bus {
         &self.bus

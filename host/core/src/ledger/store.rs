@@ -75,6 +75,26 @@ pub struct ExportedMessage {
     pub parts: Vec<Part>,
 }
 
+/// Relayed events read back from a shared ledger's outbox, to resume a
+/// client's stream from a number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replay {
+    /// The oldest number still kept (older ones were pruned); 0 for none.
+    pub oldest: i64,
+    /// The events past the number asked for, with their numbers, in order.
+    pub events: Vec<(i64, warden_protocol::Event)>,
+    /// Whether more follow (read again past the last one).
+    pub more: bool,
+}
+
+impl Replay {
+    /// Say whether a page of at most `page` rows left some out.
+    pub fn with_more(mut self, page: i64) -> Replay {
+        self.more = self.events.len() as i64 >= page;
+        self
+    }
+}
+
 /// A result of the storage interface.
 pub type Result<T> = std::result::Result<T, LedgerError>;
 
@@ -116,6 +136,12 @@ pub trait Store: Send + Sync {
     /// `bus.rs`). Called once, when the [`super::Ledger`] is made; the
     /// default (a ledger only one machine uses) relays nothing.
     fn start_relay(&self, _bus: &crate::bus::Bus) {}
+
+    /// The relayed events past number `after` (of one session, or all), for
+    /// a client resuming its stream; `None` where nothing is relayed.
+    async fn replay(&self, _after: i64, _session: Option<&SessionId>) -> Result<Option<Replay>> {
+        Ok(None)
+    }
 
     // ---- sessions ----
 

@@ -202,6 +202,17 @@ impl Store for PgStore {
         );
     }
 
+    async fn replay(
+        &self,
+        after: i64,
+        session: Option<&SessionId>,
+    ) -> Result<Option<super::store::Replay>> {
+        let c = self.client().await?;
+        Ok(Some(
+            relay::replay(&c, after, session.map(|s| s.as_str())).await?,
+        ))
+    }
+
     async fn create_session(&self, info: &SessionInfo) -> Result<()> {
         let c = self.client().await?;
         sessions::create(&c, info).await

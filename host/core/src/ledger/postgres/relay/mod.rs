@@ -22,7 +22,9 @@
 //! [`BACKSTOP`]) makes it read the rows past the last one it read, in order,
 //! and publish those of other origins with [`Bus::publish_relayed`] (so they
 //! are not relayed again) and deliver relayed answers to the question
-//! service. When the connection drops it reconnects (backing off to 2 s) and
+//! service; this host's own rows it hands back with their numbers
+//! ([`Bus::publish_numbered`]), so a client stream can read every host's
+//! events in one order and resume from a number ([`replay`]). When the connection drops it reconnects (backing off to 2 s) and
 //! reads on from where it was: a host that missed notifications catches up
 //! from the table. A host starts reading at the newest row there when it
 //! starts: history before that is in the ledger itself.
@@ -102,8 +104,17 @@ pub(super) fn start(pool: Pool, config: tokio_postgres::Config, name: String, bu
         return;
     };
     let origin = id::ascending("host");
-    runtime.spawn(write_loop(pool, origin.clone(), outgoing, name.clone()));
-    runtime.spawn(listen_loop(config, origin, bus.clone(), name));
+    // The writer appends nothing before the listener has chosen where it
+    // starts reading, so this host's own events all come back numbered.
+    let (ready, listening) = tokio::sync::oneshot::channel();
+    runtime.spawn(write_loop(
+        pool,
+        origin.clone(),
+        outgoing,
+        name.clone(),
+        listening,
+    ));
+    runtime.spawn(listen_loop(config, origin, bus.clone(), name, ready));
 }
 
 /// Merge consecutive deltas of one part into one event, and encode.
@@ -207,6 +218,41 @@ pub async fn read_after(
         .collect())
 }
 
+/// The events past `after` (of one session, or all), in order, at most
+/// [`PAGE`], and the oldest number the outbox still keeps.
+pub async fn replay(
+    client: &tokio_postgres::Client,
+    after: i64,
+    session: Option<&str>,
+) -> Result<crate::ledger::store::Replay> {
+    let oldest: i64 = client
+        .query_one("SELECT coalesce(min(seq), 0) FROM relay_outbox", &[])
+        .await?
+        .get(0);
+    let rows = client
+        .query(
+            "SELECT seq, body FROM relay_outbox WHERE seq > $1 AND kind = 'event' \
+             AND ($2::text IS NULL OR session_id = $2) ORDER BY seq LIMIT $3",
+            &[&after, &session, &PAGE],
+        )
+        .await?;
+    let mut events = Vec::with_capacity(rows.len());
+    for r in rows {
+        let seq: i64 = r.get(0);
+        let body: String = r.get(1);
+        match serde_json::from_str::<Event>(&body) {
+            Ok(e) => events.push((seq, e)),
+            Err(e) => tracing::warn!("relayed event {seq} is unreadable ({e}); skipped"),
+        }
+    }
+    Ok(crate::ledger::store::Replay {
+        oldest,
+        events,
+        more: false,
+    }
+    .with_more(PAGE))
+}
+
 /// The newest row's number (0 for none).
 pub async fn newest(client: &tokio_postgres::Client) -> Result<i64> {
     Ok(client
@@ -220,7 +266,9 @@ async fn write_loop(
     origin: String,
     mut outgoing: mpsc::UnboundedReceiver<Outgoing>,
     name: String,
+    listening: tokio::sync::oneshot::Receiver<()>,
 ) {
+    let _ = listening.await;
     let mut since_prune = 0;
     while let Some(first) = outgoing.recv().await {
         let mut batch = vec![first];
@@ -265,11 +313,18 @@ async fn write_loop(
     }
 }
 
-async fn listen_loop(config: tokio_postgres::Config, origin: String, bus: Bus, name: String) {
+async fn listen_loop(
+    config: tokio_postgres::Config,
+    origin: String,
+    bus: Bus,
+    name: String,
+    ready: tokio::sync::oneshot::Sender<()>,
+) {
     let mut last = None;
+    let mut ready = Some(ready);
     let mut backoff = Duration::from_millis(100);
     loop {
-        if let Err(e) = listen(&config, &origin, &bus, &mut last, &mut backoff).await {
+        if let Err(e) = listen(&config, &origin, &bus, &mut last, &mut backoff, &mut ready).await {
             tracing::warn!("the event relay lost its connection to {name} ({e}); reconnecting");
         }
         tokio::time::sleep(backoff).await;
@@ -285,6 +340,7 @@ async fn listen(
     bus: &Bus,
     last: &mut Option<i64>,
     backoff: &mut Duration,
+    ready: &mut Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<()> {
     let mut config = config.clone();
     config.application_name(LISTENER_NAME);
@@ -309,6 +365,9 @@ async fn listen(
         client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
         if last.is_none() {
             *last = Some(newest(&client).await?);
+        }
+        if let Some(ready) = ready.take() {
+            let _ = ready.send(());
         }
         *backoff = Duration::from_millis(100);
         loop {
@@ -338,6 +397,12 @@ async fn catch_up(
             *last = Some(row.seq);
             if row.origin != origin {
                 deliver(bus, row);
+            } else if row.kind == "event"
+                && let Ok(event) = serde_json::from_str::<Event>(&row.body)
+            {
+                // This host's own, back in the relay's order: for the client
+                // streams only (its own subscribers had it when published).
+                bus.publish_numbered(row.seq, Arc::new(event));
             }
         }
         if (rows.len() as i64) < PAGE {
