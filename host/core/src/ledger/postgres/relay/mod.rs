@@ -61,7 +61,7 @@ use crate::ledger::id;
 /// The notification channel every host listens on.
 pub const CHANNEL: &str = "warden_relay";
 /// The advisory lock appends take until their commit (any fixed number).
-const RELAY_LOCK: i64 = 0x7761_7264_656e_72; // "wardenr"
+const RELAY_LOCK: i64 = 0x0077_6172_6465_6e72; // "wardenr"
 /// How many rows behind the newest the outbox keeps.
 pub const KEEP: i64 = 100_000;
 /// Rows a writer appends between two prunings.
