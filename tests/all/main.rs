@@ -13,6 +13,7 @@ mod cli;
 mod conformance;
 mod crash;
 mod hooks;
+mod hosts;
 mod lease_fence;
 mod ledger_damage;
 mod loop_rules;

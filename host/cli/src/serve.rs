@@ -78,6 +78,9 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
     let dir = std::fs::canonicalize(&dir)
         .with_context(|| format!("--dir {}: cannot be used", dir.display()))?;
     let app = app::build(&args.common, &dir).await?;
+    // On a ledger shared by hosts, a client of another host may answer this
+    // host's questions (the relay carries the answer; see permission/ask.rs).
+    app.core.permissions().answer_from_other_hosts();
     if let Some(m) = &model {
         app.core
             .choose_model(Some(m), None, None)

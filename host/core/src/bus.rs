@@ -2,12 +2,26 @@
 //! published here; front ends subscribe. Publishing never blocks: a
 //! subscriber that falls more than the buffer behind is told how many events
 //! it missed (and can re-read current state from the ledger).
+//!
+//! **Across hosts.** A ledger shared by several hosts (PostgreSQL) connects
+//! a relay to the bus ([`Bus::connect_relay`]; see `ledger/postgres/relay.rs`).
+//! From then on every event published here with [`Bus::publish`] is also
+//! handed to the relay, which sends it to the other hosts; events that
+//! arrive from them are published with [`Bus::publish_relayed`], which
+//! reaches this process's subscribers and the [`Bus::subscribe_elsewhere`]
+//! channel but is never handed to the relay again. An answer to a question
+//! another host asked travels the same way ([`Bus::send_answer`] out,
+//! [`Bus::deliver_answer`] in). The relay also hands back every host's
+//! events, this one's included, with their numbers in its order
+//! ([`Bus::subscribe_numbered`]): client streams read those, so a client
+//! can resume from a number on any host. With no relay connected (SQLite, one
+//! machine) nothing of this costs more than a check of an empty cell.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use tokio::sync::broadcast;
-use warden_protocol::{Event, SessionId};
+use tokio::sync::{broadcast, mpsc};
+use warden_protocol::{Event, PermissionReply, SessionId};
 
 /// Events kept for slow subscribers before they start missing some.
 pub const CAPACITY: usize = 8192;
@@ -20,6 +34,49 @@ pub struct Bus {
     /// watcher that lags is told how many of *its* session's events it
     /// missed, not how many of everyone's.
     sessions: Arc<Mutex<HashMap<SessionId, broadcast::Sender<Arc<Event>>>>>,
+    /// What goes to the other hosts, once a relay is connected.
+    relay: Arc<OnceLock<mpsc::UnboundedSender<Outgoing>>>,
+    /// What came from the other hosts, for the services that act on it
+    /// (the question service keeps other hosts' asks and applies answers).
+    elsewhere: broadcast::Sender<Arc<Elsewhere>>,
+    /// Every host's events (this one's included) in the relay's order, each
+    /// with its relay number, as they come back from the shared ledger: what
+    /// a client stream reads when it may resume by number.
+    ordered: broadcast::Sender<Arc<Numbered>>,
+}
+
+/// An event with its relay number (its place in the order of all hosts').
+#[derive(Debug, Clone)]
+pub struct Numbered {
+    pub seq: i64,
+    pub event: Arc<Event>,
+}
+
+/// An answer given on one host to a question another host asked.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RelayedAnswer {
+    pub session_id: SessionId,
+    pub request_id: String,
+    pub reply: PermissionReply,
+}
+
+/// What this host hands its relay to send to the others.
+#[derive(Debug, Clone)]
+pub enum Outgoing {
+    Event(Arc<Event>),
+    Answer(RelayedAnswer),
+}
+
+/// What arrived from another host.
+#[derive(Debug, Clone)]
+pub enum Elsewhere {
+    /// An event, with the relay's number for it (its order among all hosts'
+    /// relayed events).
+    Event {
+        seq: i64,
+        event: Arc<Event>,
+    },
+    Answer(RelayedAnswer),
 }
 
 impl Default for Bus {
@@ -34,12 +91,81 @@ impl Bus {
         Bus {
             tx,
             sessions: Default::default(),
+            relay: Default::default(),
+            elsewhere: broadcast::channel(CAPACITY).0,
+            ordered: broadcast::channel(CAPACITY).0,
         }
     }
 
-    /// Publish an event to every current subscriber.
+    /// Publish an event of this process to every current subscriber (and,
+    /// when a relay is connected, to the other hosts).
     pub fn publish(&self, event: Event) {
         let event = Arc::new(event);
+        if let Some(relay) = self.relay.get() {
+            // A relay that stopped (its runtime ended) takes nothing: fine.
+            let _ = relay.send(Outgoing::Event(event.clone()));
+        }
+        self.deliver(event);
+    }
+
+    /// Publish an event that came from another host (relay number `seq`):
+    /// to this process's subscribers only, never back to the relay.
+    pub fn publish_relayed(&self, event: Event, seq: i64) {
+        let event = Arc::new(event);
+        let _ = self.elsewhere.send(Arc::new(Elsewhere::Event {
+            seq,
+            event: event.clone(),
+        }));
+        self.publish_numbered(seq, event.clone());
+        self.deliver(event);
+    }
+
+    /// Hand on an event with its relay number, to the streams that read
+    /// every host's events in the relay's order ([`Bus::subscribe_numbered`]).
+    /// The relay calls it for this host's own events too, as they come back.
+    pub fn publish_numbered(&self, seq: i64, event: Arc<Event>) {
+        let _ = self.ordered.send(Arc::new(Numbered { seq, event }));
+    }
+
+    /// Receive every host's events in the relay's order from now on.
+    pub fn subscribe_numbered(&self) -> broadcast::Receiver<Arc<Numbered>> {
+        self.ordered.subscribe()
+    }
+
+    /// Connect the relay: from now on what this process publishes is also
+    /// sent to the receiver returned. `None` when one is connected already.
+    pub fn connect_relay(&self) -> Option<mpsc::UnboundedReceiver<Outgoing>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.relay.set(tx).ok()?;
+        Some(rx)
+    }
+
+    /// Whether a relay connects this process to other hosts.
+    pub fn is_relayed(&self) -> bool {
+        self.relay.get().is_some()
+    }
+
+    /// Send an answer to a question another host asked; `false` when no
+    /// relay is connected (there is no other host to send it to).
+    pub fn send_answer(&self, answer: RelayedAnswer) -> bool {
+        match self.relay.get() {
+            Some(relay) => relay.send(Outgoing::Answer(answer)).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Hand an answer that came from another host to this process's
+    /// question service.
+    pub fn deliver_answer(&self, answer: RelayedAnswer) {
+        let _ = self.elsewhere.send(Arc::new(Elsewhere::Answer(answer)));
+    }
+
+    /// Receive what arrives from other hosts from now on.
+    pub fn subscribe_elsewhere(&self) -> broadcast::Receiver<Arc<Elsewhere>> {
+        self.elsewhere.subscribe()
+    }
+
+    fn deliver(&self, event: Arc<Event>) {
         {
             let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
             if !sessions.is_empty() {

@@ -7,7 +7,7 @@
 //! (`sessionID`, `info`, `part`, `requestID`, ...). [`Event::kind`] and
 //! [`Event::properties`] give the last two; [`Envelope`] adds the id.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::message::{MessageError, MessageInfo};
@@ -16,8 +16,9 @@ use crate::permission::{PermissionReply, PermissionRequest};
 use crate::session::{SessionInfo, SessionStatus};
 use crate::{MessageId, SessionId};
 
-/// One bus event.
-#[derive(Debug, Clone, PartialEq)]
+/// One bus event. Serde gives it a private form (not the envelope), in
+/// which the PostgreSQL relay carries it between hosts and reads it back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Event {
     SessionCreated {
         session: SessionInfo,

@@ -13,18 +13,30 @@
 //! watches one; the REST endpoints have
 //! the current state). A connected client counts as someone who can answer
 //! permission asks.
+//!
+//! **On a ledger shared by hosts** (PostgreSQL; the bus has a relay) a
+//! stream reads every host's events in the relay's order, each SSE message
+//! carrying its relay number as its SSE `id` (a `session.idle` shares its
+//! status's). A client that reconnects with `Last-Event-ID: N` first gets
+//! the events past N from the relay's outbox, then the live ones, none
+//! twice: that works as far back as the outbox keeps (the newest 100 000
+//! events of all hosts); from further back it is sent `server.lagged`
+//! first. A stream that falls behind reads the missed events from the
+//! outbox too, instead of being told it lagged.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::Stream;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use utoipa::IntoParams;
+use warden_core::bus::Numbered;
 use warden_protocol::{Envelope, Event, SessionId, SessionStatus, next_event_id};
 
 use crate::AppState;
@@ -53,6 +65,7 @@ enum Wrap {
         (status = 404, description = "no such session", body = crate::error::ErrorBody)))]
 pub async fn events(
     State(state): State<AppState>,
+    headers: HeaderMap,
     ApiQuery(q): ApiQuery<EventQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, crate::error::ApiError> {
     let session = q.session.map(SessionId);
@@ -60,7 +73,20 @@ pub async fn events(
         // Like every other route: an unknown session is a 404, not a silent stream.
         state.core.ledger().session(id).await?;
     }
-    Ok(stream(state, session, Wrap::Bare).await)
+    Ok(stream(state, session, Wrap::Bare, last_event_id(&headers)).await)
+}
+
+/// The relay number a reconnecting client last saw (`Last-Event-ID`), when
+/// it is one.
+fn last_event_id(headers: &HeaderMap) -> Option<i64> {
+    headers
+        .get("last-event-id")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n| *n >= 0)
 }
 
 /// Every event of every session, each wrapped with its session's directory.
@@ -68,12 +94,25 @@ pub async fn events(
     responses((status = 200, description = "text/event-stream; each message's data is {\"directory\", \"payload\": envelope}", content_type = "text/event-stream", body = Object)))]
 pub async fn global_events(
     State(state): State<AppState>,
+    headers: HeaderMap,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    stream(state, None, Wrap::Global).await
+    stream(state, None, Wrap::Global, last_event_id(&headers)).await
+}
+
+/// Where a stream's events come from.
+enum Source {
+    /// This process's bus (a ledger of one machine).
+    Local(tokio::sync::broadcast::Receiver<std::sync::Arc<Event>>),
+    /// Every host's events in the relay's order; `last` is the number of
+    /// the last one sent.
+    Numbered {
+        rx: tokio::sync::broadcast::Receiver<std::sync::Arc<Numbered>>,
+        last: i64,
+    },
 }
 
 struct Watch {
-    rx: tokio::sync::broadcast::Receiver<std::sync::Arc<Event>>,
+    rx: Source,
     _attached: warden_core::permission::AttachGuard,
     filter: Option<SessionId>,
     wrap: Wrap,
@@ -102,6 +141,15 @@ impl Watch {
     }
 
     async fn message(&mut self, envelope: Envelope, session: Option<&SessionId>) -> SseEvent {
+        self.message_numbered(envelope, session, None).await
+    }
+
+    async fn message_numbered(
+        &mut self,
+        envelope: Envelope,
+        session: Option<&SessionId>,
+        seq: Option<i64>,
+    ) -> SseEvent {
         let data = match self.wrap {
             Wrap::Bare => serde_json::to_value(&envelope).unwrap_or(Value::Null),
             Wrap::Global => {
@@ -116,7 +164,71 @@ impl Watch {
                 v
             }
         };
-        SseEvent::default().data(data.to_string())
+        let message = SseEvent::default().data(data.to_string());
+        match seq {
+            Some(n) => message.id(n.to_string()),
+            None => message,
+        }
+    }
+
+    /// Queue one event (and the `session.idle` after an idle status).
+    async fn queue(&mut self, event: &Event, seq: Option<i64>) {
+        let session = event.session_id().clone();
+        if self.filter.as_ref().is_some_and(|s| &session != s) {
+            return;
+        }
+        let m = self
+            .message_numbered(event.envelope(next_event_id()), Some(&session), seq)
+            .await;
+        self.queued.push_back(m);
+        if let Event::SessionStatus {
+            status: SessionStatus::Idle,
+            ..
+        } = event
+        {
+            let idle = Envelope::new(
+                next_event_id(),
+                "session.idle",
+                json!({"sessionID": session}),
+            );
+            let m = self.message_numbered(idle, Some(&session), seq).await;
+            self.queued.push_back(m);
+        }
+    }
+
+    /// Queue the events past `after` from the relay's outbox (a client that
+    /// resumes, or a stream that fell behind); the number of the last one.
+    /// From further back than the outbox keeps, `server.lagged` first.
+    async fn replay(&mut self, mut after: i64) -> i64 {
+        let mut first = true;
+        loop {
+            let ledger = self.state.core.ledger().clone();
+            let page = match ledger.replay(after, self.filter.as_ref()).await {
+                Ok(Some(page)) => page,
+                Ok(None) => return after,
+                Err(e) => {
+                    tracing::warn!("cannot read the relayed events past {after}: {e}");
+                    return after;
+                }
+            };
+            if first && page.oldest > after + 1 {
+                let mut properties = json!({"missed": page.oldest - after - 1, "pruned": true});
+                if let Some(s) = &self.filter {
+                    properties["sessionID"] = json!(s);
+                }
+                let lagged = Envelope::new(next_event_id(), "server.lagged", properties);
+                let m = self.message(lagged, None).await;
+                self.queued.push_back(m);
+            }
+            first = false;
+            for (seq, event) in &page.events {
+                self.queue(event, Some(*seq)).await;
+                after = *seq;
+            }
+            if !page.more {
+                return after;
+            }
+        }
     }
 }
 
@@ -124,12 +236,22 @@ async fn stream(
     state: AppState,
     filter: Option<SessionId>,
     wrap: Wrap,
+    resume_after: Option<i64>,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let bus = state.core.bus();
     // A client watching one session gets that session's channel, so a lag
-    // it is told about counts its own session's events.
-    let rx = match &filter {
-        Some(session) => state.core.bus().subscribe_session(session),
-        None => state.core.bus().subscribe(),
+    // it is told about counts its own session's events. On a shared
+    // ledger it reads the numbered events of every host instead.
+    let rx = if bus.is_relayed() {
+        Source::Numbered {
+            rx: bus.subscribe_numbered(),
+            last: 0,
+        }
+    } else {
+        match &filter {
+            Some(session) => Source::Local(bus.subscribe_session(session)),
+            None => Source::Local(bus.subscribe()),
+        }
     };
     // A client watching one session answers that session's questions only.
     let attached = match &filter {
@@ -152,45 +274,51 @@ async fn stream(
         )
         .await;
     watch.queued.push_back(hello);
+    // Subscribed first, then the missed ones read: none falls between.
+    if let (Some(after), Source::Numbered { .. }) = (resume_after, &watch.rx) {
+        let last = watch.replay(after).await;
+        if let Source::Numbered { last: l, .. } = &mut watch.rx {
+            *l = last;
+        }
+    }
     let events = futures::stream::unfold(watch, |mut w| async move {
         loop {
             if let Some(m) = w.queued.pop_front() {
                 return Some((Ok(m), w));
             }
-            match w.rx.recv().await {
-                Ok(event) => {
-                    let session = event.session_id().clone();
-                    if w.filter.as_ref().is_some_and(|s| &session != s) {
-                        continue;
-                    }
-                    let m = w
-                        .message(event.envelope(next_event_id()), Some(&session))
-                        .await;
-                    w.queued.push_back(m);
-                    if let Event::SessionStatus {
-                        status: SessionStatus::Idle,
-                        ..
-                    } = &*event
-                    {
-                        let idle = Envelope::new(
-                            next_event_id(),
-                            "session.idle",
-                            json!({"sessionID": session}),
-                        );
-                        let m = w.message(idle, Some(&session)).await;
+            match &mut w.rx {
+                Source::Local(rx) => match rx.recv().await {
+                    Ok(event) => w.queue(&event, None).await,
+                    Err(RecvError::Lagged(missed)) => {
+                        let mut properties = json!({"missed": missed});
+                        if let Some(s) = &w.filter {
+                            properties["sessionID"] = json!(s);
+                        }
+                        let lagged = Envelope::new(next_event_id(), "server.lagged", properties);
+                        let m = w.message(lagged, None).await;
                         w.queued.push_back(m);
                     }
-                }
-                Err(RecvError::Lagged(missed)) => {
-                    let mut properties = json!({"missed": missed});
-                    if let Some(s) = &w.filter {
-                        properties["sessionID"] = json!(s);
+                    Err(RecvError::Closed) => return None,
+                },
+                Source::Numbered { rx, last } => match rx.recv().await {
+                    Ok(numbered) => {
+                        // Sent already (read from the outbox on resuming).
+                        if numbered.seq <= *last {
+                            continue;
+                        }
+                        *last = numbered.seq;
+                        w.queue(&numbered.event, Some(numbered.seq)).await;
                     }
-                    let lagged = Envelope::new(next_event_id(), "server.lagged", properties);
-                    let m = w.message(lagged, None).await;
-                    w.queued.push_back(m);
-                }
-                Err(RecvError::Closed) => return None,
+                    Err(RecvError::Lagged(_)) => {
+                        // Fell behind: read what was missed from the outbox.
+                        let after = *last;
+                        let read = w.replay(after).await;
+                        if let Source::Numbered { last, .. } = &mut w.rx {
+                            *last = read;
+                        }
+                    }
+                    Err(RecvError::Closed) => return None,
+                },
             }
         }
     });

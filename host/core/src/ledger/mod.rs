@@ -94,8 +94,11 @@ impl Ledger {
         Ok(Ledger::new(Arc::new(SqliteStore::open(path)?), bus))
     }
 
-    /// The ledger on `store`, publishing on `bus`.
+    /// The ledger on `store`, publishing on `bus`. A store shared by
+    /// several hosts connects `bus` to them here (its relay), so every
+    /// event published below reaches their buses too, and theirs this one.
     pub fn new(store: Arc<dyn Store>, bus: Bus) -> Ledger {
+        store.start_relay(&bus);
         Ledger {
             store,
             bus,
@@ -119,6 +122,17 @@ impl Ledger {
     /// Where the ledger lives.
     pub fn path(&self) -> &str {
         self.store.name()
+    }
+
+    /// The relayed events past number `after` (of one session, or all), for
+    /// a client resuming its stream; `None` when this ledger relays nothing
+    /// (one machine's). See `store.rs`.
+    pub async fn replay(
+        &self,
+        after: i64,
+        session: Option<&SessionId>,
+    ) -> Result<Option<store::Replay>> {
+        Ok(self.store.replay(after, session).await?)
     }
 
     /// The bus every write is published on.

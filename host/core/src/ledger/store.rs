@@ -30,6 +30,11 @@
 //! this trait. Absence is a value (`Option`, `bool`), not an error: the
 //! layer above decides what a missing session means.
 //!
+//! **Events across hosts.** A backend shared by several hosts relays the
+//! events each publishes to the others ([`Store::start_relay`]); the
+//! `Ledger` and the server above do not know whether one runs. A backend of
+//! one machine (SQLite) keeps the default, which relays nothing.
+//!
 //! **Time.** A backend keeps its own bookkeeping times (a row's
 //! `updated_at`, a lease's expiry) on its own clock: a shared database's
 //! clock is the one its hosts agree on.
@@ -70,6 +75,26 @@ pub struct ExportedMessage {
     pub parts: Vec<Part>,
 }
 
+/// Relayed events read back from a shared ledger's outbox, to resume a
+/// client's stream from a number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replay {
+    /// The oldest number still kept (older ones were pruned); 0 for none.
+    pub oldest: i64,
+    /// The events past the number asked for, with their numbers, in order.
+    pub events: Vec<(i64, warden_protocol::Event)>,
+    /// Whether more follow (read again past the last one).
+    pub more: bool,
+}
+
+impl Replay {
+    /// Say whether a page of at most `page` rows left some out.
+    pub fn with_more(mut self, page: i64) -> Replay {
+        self.more = self.events.len() as i64 >= page;
+        self
+    }
+}
+
 /// A result of the storage interface.
 pub type Result<T> = std::result::Result<T, LedgerError>;
 
@@ -105,6 +130,18 @@ pub trait Store: Send + Sync {
     /// What to call this ledger in messages: its file path or its URL
     /// (without a password).
     fn name(&self) -> &str;
+
+    /// Connect `bus` to the other hosts sharing this ledger: what it
+    /// publishes goes to them, what they publish arrives on it (see
+    /// `bus.rs`). Called once, when the [`super::Ledger`] is made; the
+    /// default (a ledger only one machine uses) relays nothing.
+    fn start_relay(&self, _bus: &crate::bus::Bus) {}
+
+    /// The relayed events past number `after` (of one session, or all), for
+    /// a client resuming its stream; `None` where nothing is relayed.
+    async fn replay(&self, _after: i64, _session: Option<&SessionId>) -> Result<Option<Replay>> {
+        Ok(None)
+    }
 
     // ---- sessions ----
 

@@ -10,6 +10,20 @@
 //! refused when its deadline passes (`ask_timeout_ms`, default 5 minutes),
 //! when its session is aborted, or when the last front end that could answer
 //! it leaves. [`Answer::refusal`] says which, in a sentence the model is shown.
+//!
+//! **Across hosts.** When the ledger relays events between hosts (its bus
+//! has a relay, see `bus.rs`) and the process serves clients
+//! ([`Permissions::answer_from_other_hosts`], which `warden serve` calls), a
+//! front end on another host may answer, so a question waits for its
+//! deadline even with nobody attached here. (A `warden run` on a shared
+//! ledger keeps refusing at once what nobody here can answer.) Asks
+//! relayed from other hosts are kept (until their `permission.replied`
+//! arrives) and listed by [`Permissions::pending`]; [`Permissions::reply`]
+//! to one of them sends the answer to the asking host, which applies it as
+//! its own. An answer to an ask already settled is an error on the host
+//! that knows it settled (it no longer lists it); one that crosses the
+//! settling on its way (sent before this host saw the `permission.replied`)
+//! is ignored by the asking host, with a line in its log.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -20,6 +34,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use warden_protocol::{Action, Event, PermissionReply, PermissionRequest, Rule, SessionId};
 
+use crate::bus::{Elsewhere, RelayedAnswer};
 use crate::ledger::{Ledger, id};
 
 /// How long a question waits for an answer when the config names no deadline.
@@ -108,10 +123,12 @@ struct State {
     everywhere: usize,
     /// Front ends that answer for one session.
     per_session: HashMap<SessionId, usize>,
+    /// Other hosts' questions waiting for an answer (from relayed events).
+    elsewhere: HashMap<String, PermissionRequest>,
 }
 
 impl State {
-    fn can_answer(&self, session: &SessionId) -> bool {
+    fn attached(&self, session: &SessionId) -> bool {
         self.everywhere > 0 || self.per_session.get(session).is_some_and(|n| *n > 0)
     }
 }
@@ -120,11 +137,23 @@ struct Inner {
     ledger: Ledger,
     state: Mutex<State>,
     deadline: Duration,
+    /// Whether front ends on other hosts count as able to answer.
+    others_answer: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether someone may answer: someone attached here, or (on a ledger
+    /// shared by serving hosts) anyone on another host.
+    fn can_answer(&self, state: &State, session: &SessionId) -> bool {
+        state.attached(session)
+            || (self
+                .others_answer
+                .load(std::sync::atomic::Ordering::Relaxed)
+                && self.ledger.bus().is_relayed())
     }
 
     /// Settle a question that is still pending with a refusal: its asker
@@ -191,7 +220,7 @@ impl Drop for AttachGuard {
             let gone: Vec<String> = state
                 .pending
                 .iter()
-                .filter(|(_, p)| !state.can_answer(&p.request.session_id))
+                .filter(|(_, p)| !self.inner.can_answer(&state, &p.request.session_id))
                 .map(|(id, _)| id.clone())
                 .collect();
             gone.iter()
@@ -226,13 +255,28 @@ impl Permissions {
 
     /// Questions wait at most `deadline` for an answer.
     pub fn with_deadline(ledger: Ledger, deadline: Duration) -> Self {
-        Permissions {
+        let relayed = ledger.bus().is_relayed();
+        let permissions = Permissions {
             inner: Arc::new(Inner {
                 ledger,
                 state: Mutex::new(State::default()),
                 deadline,
+                others_answer: Default::default(),
             }),
+        };
+        if relayed && let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(follow_elsewhere(Arc::downgrade(&permissions.inner)));
         }
+        permissions
+    }
+
+    /// Count front ends on other hosts sharing the ledger as able to
+    /// answer (when it relays events between hosts): a question then waits
+    /// for its deadline, not refused at once, when nobody here is attached.
+    pub fn answer_from_other_hosts(&self) {
+        self.inner
+            .others_answer
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// How long a question waits for an answer.
@@ -262,7 +306,7 @@ impl Permissions {
 
     /// Whether anyone can answer a question of this session.
     pub fn can_answer(&self, session: &SessionId) -> bool {
-        self.lock().can_answer(session)
+        self.inner.can_answer(&self.lock(), session)
     }
 
     /// Ask and wait for the answer. See [`Permissions::ask_why`].
@@ -293,7 +337,7 @@ impl Permissions {
         let (tx, rx) = oneshot::channel();
         let waiting = {
             let mut state = self.lock();
-            let answerable = state.can_answer(&session_id);
+            let answerable = self.inner.can_answer(&state, &session_id);
             if answerable {
                 state.pending.insert(
                     request.id.clone(),
@@ -340,8 +384,30 @@ impl Permissions {
     /// the request's `always` patterns, and settles other pending questions
     /// of the session that those rules now allow.
     pub async fn reply(&self, request_id: &str, reply: PermissionReply) -> Result<(), String> {
-        let Some(p) = self.lock().pending.remove(request_id) else {
-            return Err(format!("no pending permission request {request_id}"));
+        let (local, elsewhere) = {
+            let mut state = self.lock();
+            match state.pending.remove(request_id) {
+                Some(p) => (Some(p), None),
+                None => (None, state.elsewhere.remove(request_id)),
+            }
+        };
+        let p = match (local, elsewhere) {
+            (Some(p), _) => p,
+            (None, Some(asked)) => {
+                // Another host asked: it applies the answer and says so.
+                let answer = RelayedAnswer {
+                    session_id: asked.session_id,
+                    request_id: request_id.to_string(),
+                    reply,
+                };
+                if !self.inner.ledger.bus().send_answer(answer) {
+                    return Err(format!(
+                        "the question {request_id} was asked on another host, and this host no longer reaches the others"
+                    ));
+                }
+                return Ok(());
+            }
+            (None, None) => return Err(format!("no pending permission request {request_id}")),
         };
         let session_id = p.request.session_id.clone();
         if p.tx.is_closed() {
@@ -410,14 +476,17 @@ impl Permissions {
         Ok(())
     }
 
-    /// Questions waiting for an answer, optionally of one session.
+    /// Questions waiting for an answer, optionally of one session: this
+    /// host's and (on a shared ledger) the other hosts'.
     pub fn pending(&self, session: Option<&SessionId>) -> Vec<PermissionRequest> {
-        let mut out: Vec<PermissionRequest> = self
-            .lock()
+        let state = self.lock();
+        let mut out: Vec<PermissionRequest> = state
             .pending
             .values()
-            .filter(|p| session.is_none_or(|s| &p.request.session_id == s))
-            .map(|p| p.request.clone())
+            .map(|p| &p.request)
+            .chain(state.elsewhere.values())
+            .filter(|r| session.is_none_or(|s| &r.session_id == s))
+            .cloned()
             .collect();
         out.sort_by(|a, b| a.id.cmp(&b.id));
         out
@@ -425,6 +494,55 @@ impl Permissions {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.inner.lock()
+    }
+}
+
+/// Keep other hosts' questions and apply the answers they send to this
+/// host's, while the question service lives.
+async fn follow_elsewhere(inner: std::sync::Weak<Inner>) {
+    let mut arrivals = match inner.upgrade() {
+        Some(inner) => inner.ledger.bus().subscribe_elsewhere(),
+        None => return,
+    };
+    loop {
+        let arrival = match arrivals.recv().await {
+            Ok(a) => a,
+            // Missed some: the asks it knows may be stale until they settle.
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                tracing::warn!(
+                    "missed {n} events from other hosts; their asks listed here may be stale"
+                );
+                continue;
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        match &*arrival {
+            Elsewhere::Event { event, .. } => match &**event {
+                Event::PermissionAsked { request } => {
+                    inner
+                        .lock()
+                        .elsewhere
+                        .insert(request.id.clone(), request.clone());
+                }
+                Event::PermissionReplied { request_id, .. } => {
+                    inner.lock().elsewhere.remove(request_id);
+                }
+                _ => {}
+            },
+            Elsewhere::Answer(answer) => {
+                if !inner.lock().pending.contains_key(&answer.request_id) {
+                    // Not ours, or settled already: the first answer stands.
+                    continue;
+                }
+                let permissions = Permissions { inner };
+                if let Err(e) = permissions.reply(&answer.request_id, answer.reply).await {
+                    tracing::warn!("an answer from another host was not applied: {e}");
+                }
+            }
+        }
     }
 }
 

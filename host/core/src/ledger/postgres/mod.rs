@@ -18,6 +18,7 @@ mod export;
 mod lease;
 mod messages;
 mod phase;
+pub mod relay;
 pub(crate) mod schema;
 mod sessions;
 mod timeline;
@@ -76,6 +77,8 @@ pub struct PgStore {
     /// The URL without its password.
     name: String,
     pool: Pool,
+    /// How to connect, for the relay's listening connection.
+    config: tokio_postgres::Config,
 }
 
 impl PgStore {
@@ -115,7 +118,7 @@ impl PgStore {
         config.keepalives_idle(Duration::from_secs(10));
         config.tcp_user_timeout(Duration::from_secs(30));
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -129,7 +132,7 @@ impl PgStore {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| LedgerError::Storage(format!("cannot set up the pool for {name}: {e}")))?;
-        let store = PgStore { name, pool };
+        let store = PgStore { name, pool, config };
         let mut client = store.client().await?;
         schema::migrate(&mut client, &store.name).await?;
         Ok(store)
@@ -232,6 +235,26 @@ const LOCK_SESSION: &str = "SELECT 1 FROM session WHERE id = $1 FOR NO KEY UPDAT
 impl Store for PgStore {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn start_relay(&self, bus: &crate::bus::Bus) {
+        relay::start(
+            self.pool.clone(),
+            self.config.clone(),
+            self.name.clone(),
+            bus,
+        );
+    }
+
+    async fn replay(
+        &self,
+        after: i64,
+        session: Option<&SessionId>,
+    ) -> Result<Option<super::store::Replay>> {
+        let c = self.client().await?;
+        Ok(Some(
+            relay::replay(&c, after, session.map(|s| s.as_str())).await?,
+        ))
     }
 
     async fn create_session(&self, info: &SessionInfo) -> Result<()> {
@@ -492,7 +515,10 @@ mod tests {
                 found,
                 supported,
             }) => {
-                assert_eq!((path, found, supported), (url.clone(), 99, 1));
+                assert_eq!(
+                    (path, found, supported),
+                    (url.clone(), 99, schema::MIGRATIONS.len() as i64)
+                );
             }
             Err(other) => panic!("expected a refused schema, got {other:?}"),
             Ok(_) => panic!("a newer schema was opened"),

@@ -88,6 +88,18 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (session_id, seq)
     );
     "#,
+    // 2: the event relay between hosts (see `relay.rs`): rows in commit
+    // order, pruned to the newest 100 000.
+    r#"
+    CREATE TABLE relay_outbox (
+        seq         BIGSERIAL PRIMARY KEY,
+        origin      TEXT NOT NULL,
+        session_id  TEXT COLLATE "C" NOT NULL,
+        kind        TEXT NOT NULL,
+        body        TEXT NOT NULL,
+        at          BIGINT NOT NULL
+    );
+    "#,
 ];
 
 /// The advisory lock key migrations run under (any fixed number).

@@ -1,0 +1,254 @@
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::sync::broadcast;
+use warden_protocol::SessionId;
+
+use super::*;
+use crate::ledger::postgres::PgStore;
+
+fn warning(session: &str, n: usize) -> Item {
+    let event = Event::SessionWarning {
+        session_id: SessionId(session.into()),
+        message: n.to_string(),
+    };
+    Item {
+        session: session.into(),
+        kind: "event",
+        body: serde_json::to_string(&event).unwrap(),
+    }
+}
+
+fn delta(part: &str, text: &str, delta: &str) -> Outgoing {
+    let part = serde_json::from_value(json!({
+        "id": part, "sessionID": "ses_a", "messageID": "msg_1", "type": "text", "text": text
+    }))
+    .unwrap();
+    Outgoing::Event(Arc::new(Event::PartUpdated {
+        part,
+        delta: Some(delta.into()),
+    }))
+}
+
+/// Consecutive deltas of one part become one event carrying the part as
+/// it is after them and their text joined; a delta of another part, or a
+/// change that is not a delta, keeps its own row.
+#[test]
+fn queued_deltas_of_one_part_are_merged() {
+    let done = Outgoing::Event(Arc::new(Event::SessionWarning {
+        session_id: SessionId("ses_a".into()),
+        message: "x".into(),
+    }));
+    let items = encode(vec![
+        delta("prt_1", "a", "a"),
+        delta("prt_1", "ab", "b"),
+        delta("prt_1", "abc", "c"),
+        delta("prt_2", "z", "z"),
+        done,
+        delta("prt_2", "zy", "y"),
+    ]);
+    let events: Vec<Event> = items
+        .iter()
+        .map(|i| serde_json::from_str(&i.body).unwrap())
+        .collect();
+    let summary: Vec<String> = events
+        .iter()
+        .map(|e| match e {
+            Event::PartUpdated { part, delta } => match &part.body {
+                warden_protocol::PartBody::Text { text, .. } => {
+                    format!("{} {text} +{}", part.id, delta.as_deref().unwrap_or(""))
+                }
+                _ => unreachable!("only text parts here"),
+            },
+            other => other.kind().to_string(),
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            "prt_1 abc +abc",
+            "prt_2 z +z",
+            "session.warning",
+            "prt_2 zy +y"
+        ]
+    );
+}
+
+/// The classic pitfall of tailing a table by a sequence: numbers are given
+/// at insert and committed in another order, so a reader that has read up
+/// to n skips n-1 when it commits later. Four writers append at once while a
+/// reader tails the outbox by `seq`; with appends serialized until their
+/// commit, what the reader saw is exactly the table, in order, and each
+/// writer's rows are in the order it appended them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[expect(
+    clippy::print_stderr,
+    reason = "the per-event cost is reported, not asserted"
+)]
+async fn a_reader_tailing_the_outbox_never_skips_a_row_of_concurrent_writers() {
+    const WRITERS: usize = 4;
+    const EACH: usize = 150;
+    let store = PgStore::open(&warden_pg_harness::database()).await.unwrap();
+    let pool = store.pool.clone();
+    let started = Instant::now();
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let mut client = pool.get().await.unwrap();
+                for n in 0..EACH {
+                    append(
+                        &mut client,
+                        &format!("host{w}"),
+                        &[warning(&format!("ses_{w}"), n)],
+                    )
+                    .await
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    let reader = store.client().await.unwrap();
+    let mut seen: Vec<Row> = Vec::new();
+    let mut done = false;
+    loop {
+        let after = seen.last().map_or(0, |r| r.seq);
+        let rows = read_after(&reader, after, 1000).await.unwrap();
+        seen.extend(rows);
+        if done {
+            break;
+        }
+        // One more read after the last writer finished.
+        done = writers.iter().all(|w| w.is_finished());
+    }
+    let elapsed = started.elapsed();
+    for w in writers {
+        w.await.unwrap();
+    }
+    let table = read_after(&reader, 0, 100_000).await.unwrap();
+    assert_eq!(table.len(), WRITERS * EACH);
+    assert_eq!(
+        seen.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        table.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        "the tailing reader skipped rows that committed after a larger number"
+    );
+    for w in 0..WRITERS {
+        let mine: Vec<String> = seen
+            .iter()
+            .filter(|r| r.origin == format!("host{w}"))
+            .map(|r| match serde_json::from_str(&r.body).unwrap() {
+                Event::SessionWarning { message, .. } => message,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let expected: Vec<String> = (0..EACH).map(|n| n.to_string()).collect();
+        assert_eq!(mine, expected, "writer {w}'s rows out of order");
+    }
+    // The cost of one relayed event appended alone (its own transaction),
+    // for the report; not asserted.
+    eprintln!(
+        "relay: {} single-event appends by {WRITERS} writers in {elapsed:?}: {:?} per event",
+        WRITERS * EACH,
+        elapsed / (WRITERS * EACH) as u32
+    );
+}
+
+/// Receive the next event from another host, or fail after a minute.
+async fn next(rx: &mut broadcast::Receiver<Arc<crate::bus::Elsewhere>>) -> (i64, Event) {
+    loop {
+        let got = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+            .await
+            .expect("an event from the other host within a minute")
+            .unwrap();
+        if let crate::bus::Elsewhere::Event { seq, event } = &*got {
+            return (*seq, Event::clone(event));
+        }
+    }
+}
+
+fn note(n: usize) -> Event {
+    Event::SessionWarning {
+        session_id: SessionId("ses_a".into()),
+        message: n.to_string(),
+    }
+}
+
+/// Host B's listening connection is cut; host A publishes while it is down
+/// (no notification reaches B); B reconnects and publishes everything it
+/// missed, in order, read from the outbox. A's own events are not handed
+/// back to A.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_missed_notifications_catches_up_from_the_outbox() {
+    let url = warden_pg_harness::database();
+    let a = crate::bus::Bus::new();
+    let b = crate::bus::Bus::new();
+    let store_a = PgStore::open(&url).await.unwrap();
+    let store_b = PgStore::open(&url).await.unwrap();
+    crate::ledger::store::Store::start_relay(&store_a, &a);
+    crate::ledger::store::Store::start_relay(&store_b, &b);
+    let mut on_a = a.subscribe_elsewhere();
+    let mut on_b = b.subscribe_elsewhere();
+    // B is listening once an event published on A reaches it.
+    let mut ready = 0;
+    let first = loop {
+        a.publish(note(ready));
+        let got = tokio::time::timeout(Duration::from_millis(500), on_b.recv()).await;
+        if let Ok(Ok(e)) = got
+            && let crate::bus::Elsewhere::Event { seq, .. } = &*e
+        {
+            break *seq;
+        }
+        ready += 1;
+        assert!(ready < 120, "host B never received host A's events");
+    };
+    // Drain what B had yet to receive of the readiness probes.
+    let c = store_a.client().await.unwrap();
+    let probes = read_after(&c, 0, 1000).await.unwrap().len() as i64;
+    let mut last = first;
+    while last < probes {
+        last = next(&mut on_b).await.0;
+    }
+    // Cut every listening connection of this database (B's among them).
+    let cut = c
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = $1 AND datname = current_database()",
+            &[&LISTENER_NAME],
+        )
+        .await
+        .unwrap();
+    assert_eq!(cut.len(), 2, "one listener per host");
+    const MISSED: usize = 20;
+    for n in 0..MISSED {
+        a.publish(note(1000 + n));
+    }
+    let mut got = Vec::new();
+    for _ in 0..MISSED {
+        let (seq, event) = next(&mut on_b).await;
+        assert!(seq > last, "relay numbers go up");
+        last = seq;
+        got.push(event);
+    }
+    assert_eq!(got, (0..MISSED).map(|n| note(1000 + n)).collect::<Vec<_>>());
+    // The rows were committed before B's new listening connection started:
+    // B read them from the table, not from a notification.
+    let missed_before_reconnect: bool = c
+        .query_one(
+            "SELECT (SELECT max(at) FROM relay_outbox) < \
+               (SELECT (extract(epoch from min(backend_start)) * 1000)::bigint \
+                  FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database())",
+            &[&LISTENER_NAME],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        missed_before_reconnect,
+        "the events were appended while B's listener was down"
+    );
+    // A never hears its own events back.
+    assert!(matches!(
+        on_a.try_recv(),
+        Err(broadcast::error::TryRecvError::Empty)
+    ));
+}
