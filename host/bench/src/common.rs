@@ -92,6 +92,16 @@ pub fn core_on(
     models: Models,
 ) -> Result<Core> {
     let ledger = Ledger::open(&work.join(format!("{name}.db")), Bus::new())?;
+    core_with(ledger, host, config, models)
+}
+
+/// A core on `ledger` (of either backend).
+pub fn core_with(
+    ledger: Ledger,
+    host: Arc<dyn ToolHost>,
+    config: Config,
+    models: Models,
+) -> Result<Core> {
     Ok(Core::new(
         ledger,
         host,

@@ -267,7 +267,7 @@ pub async fn measure(work: &Path, n: usize) -> Result<Floors> {
 
 /// `BEGIN; INSERT 1 KiB; COMMIT`, `n` times after `warm`, on a file with the
 /// ledger's settings.
-fn bare_transactions(path: &Path, n: usize, warm: usize) -> Result<Vec<Duration>> {
+pub fn bare_transactions(path: &Path, n: usize, warm: usize) -> Result<Vec<Duration>> {
     let mut conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(10))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;

@@ -7,7 +7,8 @@
 //! regression is something a reader sees.
 //!
 //! Where to start reading: [`floor`] (the bare floors), then [`p1`] (one tool
-//! call through the real processor), [`p2`], [`p3`], [`p4`], [`ingest`].
+//! call through the real processor), [`p2`], [`p3`], [`p4`], [`pg`] (the
+//! PostgreSQL ledger against SQLite), [`ingest`].
 //! Live heap bytes come from the counting allocator in [`alloc`].
 
 mod alloc;
@@ -20,6 +21,7 @@ mod p1;
 mod p2;
 mod p3;
 mod p4;
+mod pg;
 mod stats;
 mod table;
 
@@ -46,6 +48,7 @@ const PARTS: &[&str] = &[
     "first-run",
     "p3",
     "p4",
+    "pg",
     "ingest",
     "langs",
 ];
@@ -63,7 +66,7 @@ struct Args {
     /// Also write the table as Markdown here.
     #[arg(long)]
     markdown: Option<PathBuf>,
-    /// Run only these parts (comma-separated: floor, p1, p2, rss, first-run, p3, p4, ingest, langs).
+    /// Run only these parts (comma-separated: floor, p1, p2, rss, first-run, p3, p4, pg, ingest, langs).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Keep the scratch directory (ledgers, cassettes, cache) to inspect it afterwards.
@@ -186,6 +189,10 @@ async fn run_all(args: &Args, work: &Path) -> Result<Vec<Row>> {
             &[1, 10, 100, 1000]
         };
         rows.extend(p4::measure(work, ns).await?);
+    }
+    if want("pg") {
+        eprintln!("bench: the PostgreSQL ledger (a throwaway cluster on loopback)…");
+        rows.extend(pg::measure(work, &pg::Sizes::new(q)).await?);
     }
     if want("ingest") {
         eprintln!("bench: streaming ingest…");

@@ -12,26 +12,42 @@ use std::time::Duration;
 
 use anyhow::Result;
 use serde_json::json;
-use warden_core::PromptInput;
+use warden_core::{Bus, Ledger, PromptInput};
 use warden_llm::Models;
 use warden_protocol::ModelRef;
 
 use crate::common::{self, CallClock};
 use crate::floor::Floors;
-use crate::stats::{fmt_us, median, summarize, summary_value};
+use crate::stats::{Summary, fmt_us, median, summarize, summary_value};
 use crate::table::{Row, row};
 
 /// Steps per session: long enough to be a session, short enough that the
 /// history each round re-reads stays a few hundred messages.
 const STEPS_PER_SESSION: usize = 200;
 
-pub async fn measure(work: &Path, floors: &Floors, n: usize) -> Result<Vec<Row>> {
-    let project = work.join("p1");
+/// What one P1 run measured.
+pub struct Run {
+    /// Each call, from its tool call to its completed part on the bus.
+    pub calls: Summary,
+    /// The transactions a call's window holds (the ledger writes the bus
+    /// carried in it, median, + the call's audit row).
+    pub txns: f64,
+    /// Events the bus subscriber missed.
+    pub lagged: u64,
+    /// The guest calls' medians as the audit trail recorded them, µs:
+    /// before / tool / after.
+    pub guest: (f64, f64, f64),
+}
+
+/// Run P1's sessions on `ledger` (SQLite or PostgreSQL), at least `n`
+/// timed calls, in a project folder `name` of `work`.
+pub async fn run(work: &Path, name: &str, ledger: Ledger, n: usize) -> Result<Run> {
+    let project = work.join(name);
     std::fs::create_dir_all(&project)?;
     let config = common::guest_config(true)?;
     let host = common::host(work, &config).await?;
     let models = Models::new();
-    let core = common::core_on(work, "p1", host, config, models.clone())?;
+    let core = common::core_with(ledger, host, config, models.clone())?;
     let clock = CallClock::watch(core.bus());
     // `Models` clones share one registry: the core resolves `stamped` too.
     clock.stamp_calls(&models);
@@ -40,9 +56,11 @@ pub async fn measure(work: &Path, floors: &Floors, n: usize) -> Result<Vec<Row>>
     let sessions = n.div_ceil(STEPS_PER_SESSION) + warm_sessions;
     let mut skip = 0usize;
     for s in 0..sessions {
-        let cassette = work.join(format!("p1-{s}.json"));
+        let cassette = work.join(format!("{name}-{s}.json"));
         common::cassette(&cassette, STEPS_PER_SESSION, 1024)?;
-        let session = core.create_session(&project, &format!("p1 {s}")).await?;
+        let session = core
+            .create_session(&project, &format!("{name} {s}"))
+            .await?;
         let answer = core
             .prompt(PromptInput {
                 session_id: session.id.clone(),
@@ -65,15 +83,11 @@ pub async fn measure(work: &Path, floors: &Floors, n: usize) -> Result<Vec<Row>>
     anyhow::ensure!(!windows.is_empty(), "no tool call was timed");
     let lagged = *clock.lagged.lock().unwrap_or_else(|p| p.into_inner());
 
-    let p1 = summarize(&windows.iter().map(|w| w.0).collect::<Vec<_>>());
+    let calls = summarize(&windows.iter().map(|w| w.0).collect::<Vec<_>>());
     // The transactions the window really holds: the ledger writes the bus
     // carried in it, and the call's audit row (not published).
     let mut writes: Vec<f64> = windows.iter().map(|w| w.1 as f64).collect();
     let txns = median(&mut writes) + 1.0;
-    let floor = floors.tool.median_us
-        + floors.before.median_us
-        + floors.after.median_us
-        + txns * floors.txn.median_us;
 
     // The guest calls inside it, as the audit trail recorded them (WasmHost
     // timing: fresh instance, grants, limits).
@@ -90,7 +104,26 @@ pub async fn measure(work: &Path, floors: &Floors, n: usize) -> Result<Vec<Row>>
             .collect();
         median(&mut us)
     };
-    let (g_before, g_tool, g_after) = (stage("before"), stage("tool"), stage("after"));
+    Ok(Run {
+        calls,
+        txns,
+        lagged,
+        guest: (stage("before"), stage("tool"), stage("after")),
+    })
+}
+
+pub async fn measure(work: &Path, floors: &Floors, n: usize) -> Result<Vec<Row>> {
+    let ledger = Ledger::open(&work.join("p1.db"), Bus::new())?;
+    let Run {
+        calls: p1,
+        txns,
+        lagged,
+        guest: (g_before, g_tool, g_after),
+    } = run(work, "p1", ledger, n).await?;
+    let floor = floors.tool.median_us
+        + floors.before.median_us
+        + floors.after.median_us
+        + txns * floors.txn.median_us;
 
     Ok(vec![
         row(

@@ -54,16 +54,28 @@ static NEXT_DB: AtomicU64 = AtomicU64::new(1);
 /// test) with what to install when PostgreSQL is missing, or with the
 /// server's log when it does not start.
 pub fn cluster() -> &'static Cluster {
+    try_cluster().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The process's cluster, started on first use, or why it cannot run (what
+/// to install, or the server's log): for a caller that reports the reason
+/// itself instead of panicking (the bench).
+pub fn try_cluster() -> Result<&'static Cluster, String> {
     match CLUSTER.get_or_init(Cluster::start) {
-        Ok(c) => c,
-        Err(e) => panic!("pg-harness: {e}"),
+        Ok(c) => Ok(c),
+        Err(e) => Err(format!("pg-harness: {e}")),
     }
 }
 
 /// A fresh, empty database on the test process's cluster:
 /// `postgres://postgres@127.0.0.1:PORT/NAME`.
 pub fn database() -> String {
-    let c = cluster();
+    try_database().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`database`], returning why it failed instead of panicking.
+pub fn try_database() -> Result<String, String> {
+    let c = try_cluster()?;
     let name = format!(
         "t{}_{}",
         std::process::id(),
@@ -80,13 +92,14 @@ pub fn database() -> String {
         ])
         .arg(&name)
         .output()
-        .unwrap_or_else(|e| panic!("pg-harness: cannot run createdb: {e}; {INSTALL}"));
-    assert!(
-        out.status.success(),
-        "pg-harness: createdb {name} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    c.url(&name)
+        .map_err(|e| format!("pg-harness: cannot run createdb: {e}; {INSTALL}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "pg-harness: createdb {name} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(c.url(&name))
 }
 
 impl Cluster {

@@ -1,0 +1,68 @@
+//! The runner's write: `Ledger::put_part` under a held lease, so the
+//! backend checks the fence inside the write's own transaction (SQLite: an
+//! immediate transaction; PostgreSQL: `SELECT … FOR SHARE` on the lease row,
+//! pipelined with the write). The same loop runs on either backend.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use warden_core::Ledger;
+use warden_core::ledger::{PartWrite, id};
+use warden_protocol::{MessageId, MessageInfo, MessageTime, ModelRef, Part, PartBody, UserInfo};
+
+use crate::common;
+
+/// The holder the lease is taken as (one holder: no other host contends).
+const HOLDER: &str = "warden-bench";
+
+/// `n` new 1 KiB text parts written after `warm`, each timed, in a session
+/// whose lease `ledger` holds.
+pub async fn fenced_put_parts(
+    ledger: &Ledger,
+    project: &Path,
+    n: usize,
+    warm: usize,
+) -> Result<Vec<Duration>> {
+    common::drain_bus(ledger.bus());
+    let session = ledger
+        .create_session(&project.display().to_string(), "fenced writes")
+        .await?;
+    let fence = ledger
+        .acquire_lease(&session.id, HOLDER, 600_000, |_| false)
+        .await?
+        .map_err(|held| anyhow::anyhow!("the bench's fresh session is leased to {held:?}"))?;
+    let user = MessageInfo::User(UserInfo {
+        id: MessageId(id::ascending("msg")),
+        session_id: session.id.clone(),
+        time: MessageTime::at(0),
+        agent: "build".into(),
+        model: ModelRef {
+            provider: "scripted".into(),
+            model: "-".into(),
+        },
+    });
+    ledger.put_message(&user).await?;
+    let mut part = Part {
+        id: id::ascending("prt").into(),
+        session_id: session.id.clone(),
+        message_id: user.id().clone(),
+        body: PartBody::Text {
+            text: "x".repeat(1024),
+            synthetic: false,
+            time: None,
+            ignored: false,
+        },
+    };
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n + warm {
+        part.id = id::ascending("prt").into();
+        let t = Instant::now();
+        ledger.put_part(&part, PartWrite::Changed).await?;
+        if i >= warm {
+            out.push(t.elapsed());
+        }
+    }
+    ledger.release_lease(&session.id, &fence).await?;
+    Ok(out)
+}
