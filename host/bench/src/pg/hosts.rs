@@ -11,12 +11,19 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use futures::StreamExt;
 use warden_core::{Core, Ledger, PromptInput};
 use warden_llm::Models;
 use warden_protocol::{ModelRef, SessionId};
 
 use crate::common;
 use crate::stats::{Summary, summarize};
+
+/// Sessions in flight at a time, over all hosts: the same offered load for
+/// every host count, and a prompt-to-answer time that is a session's, not
+/// the length of a queue of all of them. (Each host's pool has 16
+/// connections: one host is not starved of them.)
+pub const IN_FLIGHT: usize = 16;
 
 /// What one spread of sessions measured.
 pub struct Spread {
@@ -35,8 +42,8 @@ impl Spread {
 }
 
 /// One core per ledger of `ledgers` (one per host); `n` sessions created
-/// round-robin over them (untimed), then all prompted at once, each on the
-/// core that created it: prompt → one `echo` call (fixture hook before and
+/// round-robin over them (untimed), then prompted in that order with
+/// [`IN_FLIGHT`] at a time, each on the core that created it: prompt → one `echo` call (fixture hook before and
 /// after) → the answer `done`.
 pub async fn spread(work: &Path, name: &str, ledgers: Vec<Ledger>, n: usize) -> Result<Spread> {
     let project = work.join(name);
@@ -66,14 +73,17 @@ pub async fn spread(work: &Path, name: &str, ledgers: Vec<Ledger>, n: usize) -> 
         sessions.push((core.clone(), s.id));
     }
     let started = Instant::now();
-    let results = futures::future::join_all(sessions.into_iter().map(|(core, id)| {
-        let model = model.clone();
-        async move {
-            let t = Instant::now();
-            prompt(&core, id, &model).await.map(|()| t.elapsed())
-        }
-    }))
-    .await;
+    let results: Vec<Result<Duration>> = futures::stream::iter(sessions)
+        .map(|(core, id)| {
+            let model = model.clone();
+            async move {
+                let t = Instant::now();
+                prompt(&core, id, &model).await.map(|()| t.elapsed())
+            }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .collect()
+        .await;
     let took = started.elapsed();
     let prompts = results.into_iter().collect::<Result<Vec<_>>>()?;
     Ok(Spread {

@@ -215,9 +215,10 @@ pub async fn measure(work: &Path, sizes: &Sizes) -> Result<Vec<Row>> {
 /// The same `n` sessions on one SQLite host, then on 1, 2 and 3 hosts
 /// sharing one PostgreSQL database (a fresh one per host count).
 async fn sessions_across_hosts(work: &Path, n: usize) -> Result<Vec<Row>> {
+    use hosts::IN_FLIGHT;
     let what = |hosts: usize, backend: &str| {
         format!(
-            "{n} sessions started at once, round-robin over {hosts} host{} on one {backend} ({}), each session: prompt → one `echo` call (hooks before/after) → answer; timed from the first prompt sent to the last answer",
+            "{n} sessions, {IN_FLIGHT} in flight at a time, round-robin over {hosts} host{} on one {backend} ({}), each session: prompt → one `echo` call (hooks before/after) → answer; sessions/s from the first prompt sent to the last answer",
             if hosts == 1 { "" } else { "s" },
             if hosts == 1 {
                 "a Core in this process".to_string()
