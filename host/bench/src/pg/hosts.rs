@@ -1,18 +1,19 @@
 //! Sessions per second across hosts sharing one ledger. Each "host" is a
 //! `Core` of its own in this process: its own ledger connection (a PgStore
 //! with its own pool and relay, or a SQLite file for the baseline), its own
-//! plugin host, bus and holder id, so leases and fencing work between them
-//! as between machines. They share this process's runtime and the machine's
-//! cores with each other and with the database server: what this shows is
-//! the cost of coordinating through the database, not more machines' worth
-//! of work.
+//! plugin host and bus; each session is created and run on one of them.
+//! They share this process's lease holder id, its runtime, and the
+//! machine's cores with each other and with the database server: what this
+//! shows is the cost of coordinating through the database, not more
+//! machines' worth of work.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use futures::StreamExt;
-use warden_core::{Core, Ledger, PromptInput};
+use warden_core::{Core, CoreOptions, Ledger, PromptInput};
 use warden_llm::Models;
 use warden_protocol::{ModelRef, SessionId};
 
@@ -56,7 +57,16 @@ pub async fn spread(work: &Path, name: &str, ledgers: Vec<Ledger>, n: usize) -> 
         let config = common::guest_config(true)?;
         let host = common::host(work, &config).await?;
         common::drain_bus(ledger.bus());
-        cores.push(common::core_with(ledger, host, config, Models::new())?);
+        cores.push(Core::new(
+            ledger,
+            host,
+            Arc::new(Models::new()),
+            config,
+            // Every `Core` of a process leases as the process's holder id:
+            // the hosts here share one (each session runs only on the core
+            // that created it, so none takes another's lease).
+            CoreOptions::default(),
+        )?);
     }
     anyhow::ensure!(!cores.is_empty(), "no host to spread sessions over");
 
