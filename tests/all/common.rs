@@ -9,7 +9,7 @@ use warden_core::{Bus, Ledger};
 use warden_protocol::{MessageWithParts, PartBody, SessionId, ToolState};
 
 /// The tools of the fixture plugin (plugins/fixtures).
-pub const FIXTURE_TOOLS: [&str; 14] = [
+pub const FIXTURE_TOOLS: [&str; 15] = [
     "sleep",
     "spin",
     "alloc",
@@ -24,6 +24,7 @@ pub const FIXTURE_TOOLS: [&str; 14] = [
     "ask_then_write",
     "sleep_then_write",
     "counter",
+    "tally",
 ];
 
 /// The built-in tools, in the order the model is offered them.

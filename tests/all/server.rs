@@ -17,7 +17,7 @@ use crate::common::*;
 
 /// A running `warden serve`; killed when dropped.
 pub(crate) struct Server {
-    child: Child,
+    pub(crate) child: Child,
     pub(crate) base: String,
 }
 
@@ -937,13 +937,14 @@ async fn the_start_up_catalogue_is_answered_from_warden_s_own_config() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_servers_on_one_ledger_never_run_a_session_at_once_and_one_takes_over_when_the_other_dies()
+async fn two_servers_on_one_ledger_never_run_a_session_at_once_queue_each_other_s_prompts_and_one_takes_over_when_the_other_dies()
  {
     let env = Env::new();
     env.config(json!({"plugins": [Env::fixtures_plugin(json!({"timeout_ms": 60000}))]}));
     env.cassette(json!([
         {"tool_calls": [{"id": "long", "name": "sleep", "arguments": {"ms": 30000}}]},
-        {"text": "taken over"}
+        {"text": "taken over"},
+        {"text": "and B's own prompt"}
     ]));
     let ttl = [("WARDEN_LEASE_TTL_MS", "1000")];
     let mut a = Server::start(&env, &[], &ttl);
@@ -961,48 +962,49 @@ async fn two_servers_on_one_ledger_never_run_a_session_at_once_and_one_takes_ove
     assert_eq!(status, 204);
     until(&mut events, |e| e["part"]["state"]["status"] == "running").await;
 
-    // B refuses to run a session A is running, and writes nothing.
+    // B accepts a prompt for the session A is running: it is queued in the
+    // ledger, not written into the session, and B does not run the session.
     let (status, body) = send(
         &c,
         "POST",
-        &b.url(&format!("/session/{id}/message")),
+        &b.url(&format!("/session/{id}/prompt_async")),
         Some(json!({"parts": [{"type": "text", "text": "me too"}], "model": model(&env)})),
     )
     .await;
-    assert_eq!(
-        (status, body["error"]["code"].clone()),
-        (409, json!("busy")),
-        "{body}"
-    );
+    assert_eq!(status, 204, "{body}");
     let session = warden_protocol::SessionId(id.clone());
-    assert_eq!(
-        env.ledger()
-            .messages(&session)
-            .await
-            .unwrap()
-            .iter()
+    let users = |msgs: &[warden_protocol::MessageWithParts]| {
+        msgs.iter()
             .filter(|m| m.info.role() == "user")
-            .count(),
-        1
+            .map(|m| m.text())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        users(&env.ledger().messages(&session).await.unwrap()),
+        ["go"]
     );
-    // Nor will it wait out the lease while A keeps renewing it.
+    // Nor does it wait out the lease while A keeps renewing it.
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let (status, _) = send(
-        &c,
-        "POST",
-        &b.url(&format!("/session/{id}/message")),
-        Some(json!({"parts": [{"type": "text", "text": "me too"}], "model": model(&env)})),
-    )
-    .await;
-    assert_eq!(status, 409, "A's lease is kept fresh while it runs");
+    assert_eq!(
+        users(&env.ledger().messages(&session).await.unwrap()),
+        ["go"]
+    );
+    // A's prompt is taken (its run is going), B's waits its turn.
+    let open = env.ledger().open_prompts(&session).await.unwrap();
+    let states: Vec<&str> = open.iter().map(|p| p.state.to_row().0).collect();
+    assert_eq!(states, ["taken", "queued"], "{open:?}");
 
-    // Kill A: B takes the session over and finishes it.
+    // Kill A: B takes the session over, finishes it, then answers the
+    // prompt it queued.
     a.child.kill().unwrap();
     a.child.wait().unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let msgs = loop {
         let msgs = env.ledger().messages(&session).await.unwrap();
-        if msgs.last().is_some_and(|m| m.text() == "taken over") {
+        if msgs
+            .last()
+            .is_some_and(|m| m.text() == "and B's own prompt")
+        {
             break msgs;
         }
         assert!(
@@ -1011,6 +1013,28 @@ async fn two_servers_on_one_ledger_never_run_a_session_at_once_and_one_takes_ove
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    let turns: Vec<(String, String)> = msgs
+        .iter()
+        .map(|m| (m.info.role().to_string(), m.text()))
+        .collect();
+    let turn = |r: &str, t: &str| (r.to_string(), t.to_string());
+    assert_eq!(
+        turns,
+        [
+            turn("user", "go"),
+            turn("assistant", ""),
+            turn("assistant", "taken over"),
+            turn("user", "me too"),
+            turn("assistant", "and B's own prompt"),
+        ]
+    );
+    assert!(
+        env.ledger()
+            .open_prompts(&session)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let calls = tool_parts(&msgs);
     assert_eq!(calls.len(), 1, "the call ran once and was not repeated");
     assert!(

@@ -119,7 +119,8 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
     );
 
     // Take over sessions whose runner died with its process (a lease that
-    // outlived it), here or in another server sharing the ledger.
+    // outlived it), here or in another server sharing the ledger, and
+    // prompts queued by a process that stopped before running them.
     let core = app.core.clone();
     tokio::spawn(async move {
         loop {
@@ -130,8 +131,12 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
                         let core = core.clone();
                         tokio::spawn(async move {
                             tracing::info!(session = %s, "taking over a session whose runner died");
-                            if let Err(e) = core.run(&s).await {
-                                tracing::warn!(session = %s, error = %e, "could not take over");
+                            match core.run(&s).await {
+                                // Another host was quicker: it runs the session.
+                                Ok(_) | Err(warden_core::CoreError::SessionBusy { .. }) => {}
+                                Err(e) => {
+                                    tracing::warn!(session = %s, error = %e, "could not take over")
+                                }
                             }
                         });
                     }

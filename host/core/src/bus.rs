@@ -43,7 +43,14 @@ pub struct Bus {
     /// with its relay number, as they come back from the shared ledger: what
     /// a client stream reads when it may resume by number.
     ordered: broadcast::Sender<Arc<Numbered>>,
+    /// The lease epoch this process holds a session at, if any (set by the
+    /// ledger): sent with each event to the relay, so other hosts can drop
+    /// a stale runner's late events (see `ledger/postgres/relay`).
+    epochs: Arc<OnceLock<EpochOf>>,
 }
+
+/// Says at which lease epoch this process holds a session, if it does.
+pub type EpochOf = Arc<dyn Fn(&SessionId) -> Option<i64> + Send + Sync>;
 
 /// An event with its relay number (its place in the order of all hosts').
 #[derive(Debug, Clone)]
@@ -61,10 +68,14 @@ pub struct RelayedAnswer {
 }
 
 /// What this host hands its relay to send to the others.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub enum Outgoing {
-    Event(Arc<Event>),
+    /// An event, with the lease epoch its session was held at when it was
+    /// published here (`None`: not held by this process).
+    Event(Arc<Event>, Option<i64>),
     Answer(RelayedAnswer),
+    /// Answered once everything handed on before it is appended.
+    Flush(tokio::sync::oneshot::Sender<()>),
 }
 
 /// What arrived from another host.
@@ -94,7 +105,14 @@ impl Bus {
             relay: Default::default(),
             elsewhere: broadcast::channel(CAPACITY).0,
             ordered: broadcast::channel(CAPACITY).0,
+            epochs: Default::default(),
         }
+    }
+
+    /// Tell the bus how to find the lease epoch of a session (once; the
+    /// ledger does it when it is made on this bus).
+    pub fn tag_epochs(&self, epoch_of: EpochOf) {
+        let _ = self.epochs.set(epoch_of);
     }
 
     /// Publish an event of this process to every current subscriber (and,
@@ -103,7 +121,8 @@ impl Bus {
         let event = Arc::new(event);
         if let Some(relay) = self.relay.get() {
             // A relay that stopped (its runtime ended) takes nothing: fine.
-            let _ = relay.send(Outgoing::Event(event.clone()));
+            let epoch = self.epochs.get().and_then(|f| f(event.session_id()));
+            let _ = relay.send(Outgoing::Event(event.clone(), epoch));
         }
         self.deliver(event);
     }
@@ -143,6 +162,20 @@ impl Bus {
     /// Whether a relay connects this process to other hosts.
     pub fn is_relayed(&self) -> bool {
         self.relay.get().is_some()
+    }
+
+    /// Wait (at most `limit`) until the relay has appended everything this
+    /// process published before: a runner does before it gives a session
+    /// up, so the notices of its last writes are out before another host
+    /// may take over. At once when no relay is connected.
+    pub async fn flush_relay(&self, limit: std::time::Duration) {
+        let Some(relay) = self.relay.get() else {
+            return;
+        };
+        let (done, flushed) = tokio::sync::oneshot::channel();
+        if relay.send(Outgoing::Flush(done)).is_ok() {
+            let _ = tokio::time::timeout(limit, flushed).await;
+        }
     }
 
     /// Send an answer to a question another host asked; `false` when no

@@ -54,6 +54,11 @@ pub enum CoreError {
     #[error("cancelled")]
     Cancelled,
 
+    /// A queued prompt's run failed in the process that ran it; its error
+    /// as that process recorded it. Raised to a waiter in another process.
+    #[error("{0}")]
+    PromptFailed(String),
+
     /// The loop's task died (a bug); reported instead of hanging the caller.
     #[error("internal: {0}")]
     Internal(String),
@@ -74,6 +79,7 @@ impl CoreError {
             CoreError::Provider(e) => CoreError::Provider(e.clone()),
             CoreError::Config(s) => CoreError::Config(s.clone()),
             CoreError::Cancelled => CoreError::Cancelled,
+            CoreError::PromptFailed(s) => CoreError::PromptFailed(s.clone()),
             other => CoreError::Internal(other.to_string()),
         }
     }

@@ -88,6 +88,10 @@ impl From<CoreError> for ApiError {
             | CoreError::UnknownAgent { .. }
             | CoreError::NoUserMessage(_) => Self::bad_request(message),
             CoreError::Cancelled => Self::new(StatusCode::CONFLICT, "cancelled", message),
+            // The run failed on the host that ran it; its words as recorded.
+            CoreError::PromptFailed(_) => {
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "prompt_failed", message)
+            }
             CoreError::Provider(_) => Self::new(StatusCode::BAD_GATEWAY, "provider", message),
             CoreError::Ledger(_) | CoreError::Internal(_) => {
                 tracing::error!("{message}");

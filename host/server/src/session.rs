@@ -344,12 +344,11 @@ async fn prompt_input(
 }
 
 /// Send a prompt and wait for the answer. Prompts to one session queue in
-/// arrival order; each gets its own answer. 409 if another warden process
-/// is running the session.
+/// arrival order, whichever host sharing the ledger accepted them; each
+/// gets its own answer.
 #[utoipa::path(post, path = "/session/{sessionID}/message", tag = "session", params(("sessionID" = String, Path), Location), request_body = PromptBody,
     responses((status = 200, description = "the last assistant message (or the user message with noReply)", body = MessageWithParts),
-        (status = 400, description = "a bad prompt", body = ErrorBody), (status = 404, description = "no such session", body = ErrorBody),
-        (status = 409, description = "another process runs the session", body = ErrorBody)))]
+        (status = 400, description = "a bad prompt", body = ErrorBody), (status = 404, description = "no such session", body = ErrorBody)))]
 pub async fn prompt(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
@@ -373,7 +372,9 @@ async fn delivered(state: &AppState) {
     }
 }
 
-/// Send a prompt and return at once; follow it on the event stream.
+/// Queue a prompt and return at once; follow it on the event stream. A 204
+/// means the prompt is in the ledger: it is answered even if this host
+/// stops, by the next host to run the session.
 #[utoipa::path(post, path = "/session/{sessionID}/prompt_async", tag = "session", params(("sessionID" = String, Path), Location), request_body = PromptBody,
     responses((status = 204, description = "accepted; the answer comes on the event stream"),
         (status = 400, description = "a bad prompt", body = ErrorBody), (status = 404, description = "no such session", body = ErrorBody)))]
@@ -383,9 +384,10 @@ pub async fn prompt_async(
     ApiJson(body): ApiJson<PromptBody>,
 ) -> Result<StatusCode, ApiError> {
     let input = prompt_input(&state, SessionId(id), body).await?;
+    let number = state.core.accept(&input).await?;
     let core = state.core.clone();
     tokio::spawn(async move {
-        if let Err(e) = core.prompt(input).await {
+        if let Err(e) = core.answer(&input.session_id, number).await {
             tracing::warn!(error = %e, "a background prompt failed");
         }
     });

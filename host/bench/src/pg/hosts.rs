@@ -1,11 +1,11 @@
 //! Sessions per second across hosts sharing one ledger. Each "host" is a
 //! `Core` of its own in this process: its own ledger connection (a PgStore
 //! with its own pool and relay, or a SQLite file for the baseline), its own
-//! plugin host and bus; each session is created and run on one of them.
-//! They share this process's lease holder id, its runtime, and the
-//! machine's cores with each other and with the database server: what this
-//! shows is the cost of coordinating through the database, not more
-//! machines' worth of work.
+//! plugin host, bus and lease holder id, so leases and fencing work between
+//! them as between machines; each session is created and prompted on one of
+//! them. They share this process's runtime and the machine's cores with
+//! each other and with the database server: what this shows is the cost of
+//! coordinating through the database, not more machines' worth of work.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -53,7 +53,7 @@ pub async fn spread(work: &Path, name: &str, ledgers: Vec<Ledger>, n: usize) -> 
     common::cassette(&cassette, 1, 256)?;
     let model = common::scripted_model(&cassette);
     let mut cores = Vec::new();
-    for ledger in ledgers {
+    for (i, ledger) in ledgers.into_iter().enumerate() {
         let config = common::guest_config(true)?;
         let host = common::host(work, &config).await?;
         common::drain_bus(ledger.bus());
@@ -62,10 +62,13 @@ pub async fn spread(work: &Path, name: &str, ledgers: Vec<Ledger>, n: usize) -> 
             host,
             Arc::new(Models::new()),
             config,
-            // Every `Core` of a process leases as the process's holder id:
-            // the hosts here share one (each session runs only on the core
-            // that created it, so none takes another's lease).
-            CoreOptions::default(),
+            // A lease holder id of its own, as a host on another machine
+            // has (by default every `Core` of a process leases as the
+            // process).
+            CoreOptions {
+                holder: Some(format!("bench-host-{i}")),
+                ..CoreOptions::default()
+            },
         )?);
     }
     anyhow::ensure!(!cores.is_empty(), "no host to spread sessions over");

@@ -224,7 +224,7 @@ async fn sessions_across_hosts(work: &Path, n: usize) -> Result<Vec<Row>> {
                 "a Core in this process".to_string()
             } else {
                 format!(
-                    "{hosts} Cores in this process, each with its own pool, relay and plugin host, sharing the process's lease holder id and the 2 cores with the database"
+                    "{hosts} Cores in this process, each with its own pool, relay, plugin host and lease holder id, sharing the 2 cores with the database"
                 )
             }
         )

@@ -22,6 +22,7 @@ pub mod audit_query;
 mod error;
 pub mod id;
 pub mod phase;
+mod queue;
 mod record;
 pub mod sqlite;
 pub mod store;
@@ -36,7 +37,7 @@ pub use audit_query::{AuditFilter, DecisionClass};
 pub use error::LedgerError;
 pub use record::{AuditEntry, PartEvent};
 pub use sqlite::{IntegrityReport, SqliteStore, check_file};
-pub use store::{Fence, LeaseHeld, Store};
+pub use store::{Fence, LeaseHeld, PromptState, QueuedPrompt, Store};
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -98,12 +99,18 @@ impl Ledger {
     /// several hosts connects `bus` to them here (its relay), so every
     /// event published below reaches their buses too, and theirs this one.
     pub fn new(store: Arc<dyn Store>, bus: Bus) -> Ledger {
+        let fences: Arc<Mutex<HashMap<SessionId, Fence>>> = Arc::new(Mutex::new(HashMap::new()));
+        let epochs = fences.clone();
+        bus.tag_epochs(Arc::new(move |session| {
+            let fences = epochs.lock().unwrap_or_else(|p| p.into_inner());
+            fences.get(session).map(|f| f.epoch)
+        }));
         store.start_relay(&bus);
         Ledger {
             store,
             bus,
             held: Arc::new(Mutex::new(HashMap::new())),
-            fences: Arc::new(Mutex::new(HashMap::new())),
+            fences,
         }
     }
 
@@ -378,6 +385,35 @@ impl Ledger {
             .into_iter()
             .map(Arc::new)
             .collect())
+    }
+
+    /// Publish the session's latest turn again as it is recorded (the last
+    /// user message and everything after it), for clients that may have
+    /// missed its last changes: those of a runner that died before its
+    /// notices went out.
+    /// Only on a ledger shared by hosts (a relay connected): elsewhere
+    /// every client is this process's own and missed nothing.
+    pub async fn republish_latest(&self, session: &SessionId) -> Result<()> {
+        if !self.bus.is_relayed() {
+            return Ok(());
+        }
+        let history = self.history(session).await?;
+        let from = history
+            .iter()
+            .rposition(|m| m.info.role() == "user")
+            .unwrap_or(0);
+        for m in &history[from..] {
+            self.bus.publish(Event::MessageUpdated {
+                info: m.info.clone(),
+            });
+            for part in &m.parts {
+                self.bus.publish(Event::PartUpdated {
+                    part: part.clone(),
+                    delta: None,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The messages as the store has them, past the held copy.

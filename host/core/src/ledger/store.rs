@@ -95,6 +95,76 @@ impl Replay {
     }
 }
 
+/// A prompt in a session's queue (see `session/prompt_queue.rs`): accepted
+/// by any host, answered by whichever holds the session's lease, in the
+/// order the ledger numbered them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedPrompt {
+    /// The queue's number: the order prompts are answered in.
+    pub number: i64,
+    pub session_id: SessionId,
+    pub state: PromptState,
+    /// What to write and run, as the accepting host encoded it.
+    pub body: String,
+    /// When it was accepted (the backend's clock).
+    pub accepted_at: Millis,
+}
+
+/// Where a queued prompt is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptState {
+    /// Waiting for its turn.
+    Queued,
+    /// A runner took it: its user message has this id (written, or about
+    /// to be: a runner taking over after a crash writes it again, same id).
+    Taken { message: MessageId },
+    /// Answered by this message (the user message itself for `no_reply`).
+    Answered { message: MessageId },
+    /// Ended without an answer, for this reason.
+    Failed { error: String },
+}
+
+impl PromptState {
+    /// Whether the prompt still waits for its answer.
+    pub fn is_open(&self) -> bool {
+        matches!(self, PromptState::Queued | PromptState::Taken { .. })
+    }
+
+    /// As both backends keep it: a state word and its detail (the message
+    /// id, or the error).
+    pub fn to_row(&self) -> (&'static str, Option<&str>) {
+        match self {
+            PromptState::Queued => ("queued", None),
+            PromptState::Taken { message } => ("taken", Some(message.as_str())),
+            PromptState::Answered { message } => ("answered", Some(message.as_str())),
+            PromptState::Failed { error } => ("failed", Some(error)),
+        }
+    }
+
+    /// Back from a row; a row it cannot read is `Corrupt`.
+    pub fn from_row(number: i64, state: &str, detail: Option<String>) -> Result<PromptState> {
+        let corrupt = |reason: &str| LedgerError::Corrupt {
+            what: format!("queued prompt {number}"),
+            reason: reason.to_string(),
+        };
+        Ok(match (state, detail) {
+            ("queued", _) => PromptState::Queued,
+            ("taken", Some(m)) => PromptState::Taken {
+                message: MessageId(m),
+            },
+            ("answered", Some(m)) => PromptState::Answered {
+                message: MessageId(m),
+            },
+            ("failed", Some(error)) => PromptState::Failed { error },
+            (other, _) => return Err(corrupt(&format!("state {other:?} without its detail"))),
+        })
+    }
+}
+
+/// How long a settled prompt stays in the queue (for a waiter on another
+/// host to read its answer) before it is pruned: an hour.
+pub const SETTLED_KEPT_MS: i64 = 60 * 60 * 1000;
+
 /// A result of the storage interface.
 pub type Result<T> = std::result::Result<T, LedgerError>;
 
@@ -247,6 +317,42 @@ pub trait Store: Send + Sync {
 
     /// `Ok` if `fence` is the session's current lease, else `Fenced`.
     async fn check_fence(&self, session: &SessionId, fence: &Fence) -> Result<()>;
+
+    // ---- the prompt queue ----
+
+    /// Queue a prompt for the session (no fence: any host may accept one)
+    /// and return its number, greater than every number given before.
+    /// Prompts settled long ago are pruned here.
+    async fn enqueue_prompt(&self, session: &SessionId, body: &str) -> Result<i64>;
+
+    /// The session's open prompts (queued or taken), in number order.
+    async fn open_prompts(&self, session: &SessionId) -> Result<Vec<QueuedPrompt>>;
+
+    /// One queued prompt, whatever its state; `None` once pruned (or with
+    /// its session deleted).
+    async fn queued_prompt(&self, number: i64) -> Result<Option<QueuedPrompt>>;
+
+    /// Take a queued prompt for its turn, recording the id its user message
+    /// gets, in one fenced transaction; `false` if it was not queued.
+    async fn take_prompt(
+        &self,
+        session: &SessionId,
+        number: i64,
+        message: &MessageId,
+        fence: Option<&Fence>,
+    ) -> Result<bool>;
+
+    /// Record how an open prompt ended (`Answered` or `Failed`), fenced.
+    async fn settle_prompt(
+        &self,
+        session: &SessionId,
+        number: i64,
+        state: &PromptState,
+        fence: Option<&Fence>,
+    ) -> Result<()>;
+
+    /// The sessions with open prompts, by session.
+    async fn sessions_with_open_prompts(&self) -> Result<Vec<SessionId>>;
 
     // ---- upkeep ----
 

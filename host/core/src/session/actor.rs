@@ -17,15 +17,20 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use warden_protocol::{MessageWithParts, SessionId, SessionStatus};
 
-use super::{Core, PromptInput, lease, run_loop};
+use super::{Core, lease, prompt_queue, run_loop};
 use crate::error::{CoreError, Result};
 use crate::ledger::{Fence, LedgerError};
 
+/// How long a runner waits for the relay to send its last notices before
+/// it gives a session up.
+const RELAY_FLUSH: Duration = Duration::from_secs(2);
+
 /// What a caller asks of a session.
 pub(crate) enum Op {
-    /// Record a user message and, unless `no_reply`, run until it is answered.
+    /// Answer the session's queued prompts up to this one (see
+    /// `prompt_queue.rs`) and reply with this one's answer.
     Prompt {
-        input: PromptInput,
+        number: i64,
         reply: oneshot::Sender<Result<MessageWithParts>>,
     },
     /// Run the loop (or join the run going on) and return the last
@@ -33,6 +38,8 @@ pub(crate) enum Op {
     Run {
         reply: oneshot::Sender<Result<MessageWithParts>>,
     },
+    /// Answer whatever prompts are queued; nobody waits on this.
+    Drain,
 }
 
 /// What the actor shares with callers that do not queue: the cancel token
@@ -163,16 +170,32 @@ impl Actor {
                 },
             };
             let (job, replies) = match op {
-                Op::Prompt { input, reply } => (Job::Prompt(input), vec![reply]),
+                Op::Prompt { number, reply } => (Job::Prompt(number), vec![reply]),
                 Op::Run { reply } => (Job::Run, vec![reply]),
+                Op::Drain => (Job::Drain, vec![]),
             };
             let (result, replies) = self.job(job, replies, &mut queued).await;
-            // Nothing more to do: the lease goes back before the callers hear
-            // the answer, so one that exits as soon as it has it (`warden
-            // run`) leaves no lease behind. An operation that comes in after
-            // this takes the lease again.
             if queued.is_empty() && self.ops.is_empty() {
-                self.release().await;
+                // Prompts other processes queued meanwhile are this runner's
+                // to answer before it lets the session go. (Not after a
+                // ledger error: the next runner, or a waiter, tries again.)
+                let ledger_failed = matches!(
+                    result,
+                    Err(CoreError::Ledger(_)) | Err(CoreError::SessionBusy { .. })
+                );
+                if self.lease.is_some() && !ledger_failed && self.prompts_waiting().await {
+                    queued.push_back(Op::Drain);
+                } else {
+                    // Nothing more to do: the lease goes back before the
+                    // callers hear the answer, so one that exits as soon as
+                    // it has it (`warden run`) leaves no lease behind. An
+                    // operation that comes in after this takes it again.
+                    // Other hosts get the notices of its last writes first.
+                    if self.lease.is_some() {
+                        self.core.bus().flush_relay(RELAY_FLUSH).await;
+                    }
+                    self.release().await;
+                }
             }
             answer(replies, result);
         }
@@ -191,22 +214,31 @@ impl Actor {
         }
         let cancel = CancellationToken::new();
         *self.shared.current() = Some(cancel.clone());
-        let runs_loop = !matches!(&job, Job::Prompt(input) if input.no_reply);
+        // A `run` that comes in meanwhile joins a run or a prompt's run.
+        let joinable = !matches!(job, Job::Drain);
         let core = self.core.clone();
         let session = self.session.clone();
         let token = cancel.clone();
         let mut task = tokio::spawn(async move {
-            let inner = &core.inner;
-            match job {
-                Job::Prompt(input) => {
-                    let info = inner.ledger.session(&session).await?;
-                    let message = core.write_prompt(&info, &input).await?;
-                    if input.no_reply {
-                        return Ok(message);
-                    }
-                    run_loop::run(inner, &session, &token).await
+            let drained = match job {
+                Job::Prompt(number) => {
+                    prompt_queue::drain(&core, &session, Some(number), &token).await?
                 }
-                Job::Run => run_loop::run(inner, &session, &token).await,
+                Job::Run => {
+                    // A run taking the session over: clients on any host get
+                    // the state its last runner left, whose last notices may
+                    // never have left that runner's host.
+                    core.inner.ledger.republish_latest(&session).await?;
+                    prompt_queue::drain(&core, &session, None, &token).await?
+                }
+                Job::Drain => prompt_queue::drain(&core, &session, None, &token).await?,
+            };
+            match (drained, job) {
+                (Some(answer), _) => Ok(answer),
+                // Nothing was queued: run what the ledger holds (a session
+                // resumed, or taken over mid-run).
+                (None, Job::Run) => run_loop::run(&core.inner, &session, &token).await,
+                (None, _) => Err(CoreError::NoUserMessage(session.clone())),
             }
         });
         let result = loop {
@@ -215,7 +247,7 @@ impl Actor {
                     format!("the session loop {}", if e.is_panic() { panic_text(e) } else { "was stopped".into() })
                 ))),
                 op = self.ops.recv() => match op {
-                    Some(Op::Run { reply }) if runs_loop => replies.push(reply),
+                    Some(Op::Run { reply }) if joinable => replies.push(reply),
                     Some(op) => queued.push_back(op),
                     // Never: the map keeps a sender while the actor lives.
                     None => {}
@@ -223,12 +255,10 @@ impl Actor {
             }
         };
         *self.shared.current() = None;
-        if runs_loop {
-            self.core
-                .inner
-                .status
-                .set(&self.session, SessionStatus::Idle);
-        }
+        self.core
+            .inner
+            .status
+            .set(&self.session, SessionStatus::Idle);
         if matches!(result, Err(CoreError::Ledger(LedgerError::Fenced { .. })))
             && let Some(held) = self.lease.take()
         {
@@ -301,6 +331,17 @@ impl Actor {
         Ok(())
     }
 
+    /// Whether the session has prompts waiting in the queue.
+    async fn prompts_waiting(&self) -> bool {
+        match self.core.inner.ledger.open_prompts(&self.session).await {
+            Ok(open) => !open.is_empty(),
+            Err(e) => {
+                tracing::warn!(session = %self.session, error = %e, "could not read the prompt queue");
+                false
+            }
+        }
+    }
+
     async fn release(&mut self) {
         if let Some(held) = self.lease.take() {
             held.heartbeat.abort();
@@ -337,9 +378,11 @@ impl Drop for Actor {
     }
 }
 
+#[derive(Clone, Copy)]
 enum Job {
-    Prompt(PromptInput),
+    Prompt(i64),
     Run,
+    Drain,
 }
 
 /// Send a job's result to its caller and to every caller that joined it.

@@ -8,6 +8,7 @@ pub mod compaction;
 pub mod history;
 pub mod lease;
 mod phase_marks;
+pub mod prompt_queue;
 pub mod run_loop;
 pub mod status;
 pub mod system;
@@ -18,17 +19,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use warden_protocol::{
-    Action, MessageId, MessageInfo, MessageTime, MessageWithParts, ModelRef, Part, PartBody, Rule,
-    SessionId, SessionInfo, SessionStatus, UserInfo,
-};
+use warden_protocol::{MessageWithParts, ModelRef, SessionId, SessionInfo, SessionStatus};
 
 use crate::agent::Agents;
 use crate::bus::Bus;
 use crate::clock::now_ms;
 use crate::config::Config;
 use crate::error::{CoreError, Result};
-use crate::ledger::{Ledger, PartWrite, id};
+use crate::ledger::Ledger;
 use crate::permission::Permissions;
 use crate::tool::ToolHost;
 use actor::{Actors, Op};
@@ -58,6 +56,10 @@ pub struct CoreOptions {
     pub lease_ttl: Duration,
     /// warden's own files (config, data dir), off limits to tools.
     pub protected: Vec<crate::boundary::Protected>,
+    /// Who this core is as a lease holder. `None`: this process
+    /// (`lease::holder_id`). Several cores in one process that should act
+    /// as separate hosts (tests, the bench) each name their own.
+    pub holder: Option<String>,
 }
 
 impl Default for CoreOptions {
@@ -65,6 +67,7 @@ impl Default for CoreOptions {
         CoreOptions {
             lease_ttl: Duration::from_secs(30),
             protected: Vec::new(),
+            holder: None,
         }
     }
 }
@@ -120,7 +123,7 @@ impl Core {
                 config,
                 retry,
                 actors: Actors::default(),
-                holder: lease::holder_id(),
+                holder: options.holder.clone().unwrap_or_else(lease::holder_id),
                 protected: options.protected.clone().into(),
                 options,
             }),
@@ -222,28 +225,14 @@ impl Core {
         Ok(model)
     }
 
-    /// Record a user message and, unless `no_reply`, run the session until
-    /// the model has answered it. Returns the last assistant message (or the
-    /// user message with `no_reply`).
-    ///
-    /// Prompts to one session queue in arrival order on its actor: each waits
-    /// for the ones before it to be answered, then gets its own answer. A
-    /// session another process is running is refused (`SessionBusy`) before
-    /// anything is written.
-    pub async fn prompt(&self, input: PromptInput) -> Result<MessageWithParts> {
-        let session = self.inner.ledger.session(&input.session_id).await?;
-        let (reply, rx) = tokio::sync::oneshot::channel();
-        self.inner
-            .actors
-            .send(self, &session.id, Op::Prompt { input, reply });
-        actor::reply(rx).await
-    }
-
     /// Per-prompt tool switches as (permission, on). A switch names a tool
     /// by id and acts on that tool's permission (`write` and `edit` share
     /// `edit`). `false` adds a session deny; `true` only lifts the session's
     /// own deny, so a prompt can never allow what the config forbids.
-    fn tool_switches(&self, tools: &BTreeMap<String, bool>) -> Result<Vec<(String, bool)>> {
+    pub(crate) fn tool_switches(
+        &self,
+        tools: &BTreeMap<String, bool>,
+    ) -> Result<Vec<(String, bool)>> {
         if tools.is_empty() {
             return Ok(Vec::new());
         }
@@ -264,79 +253,6 @@ impl Core {
             .collect()
     }
 
-    /// Write the user message of a prompt (and its tool switches).
-    async fn write_prompt(
-        &self,
-        session: &SessionInfo,
-        input: &PromptInput,
-    ) -> Result<MessageWithParts> {
-        let agent_name = input
-            .agent
-            .clone()
-            .unwrap_or_else(|| self.inner.agents.default_name().to_string());
-        let agent = self.inner.agents.get(&agent_name)?;
-        // Resolved before writing anything: a bad model or cassette leaves the ledger untouched.
-        let model = self
-            .choose_model(input.model.as_ref(), Some(&agent.name), Some(&session.id))
-            .await?;
-        if input.text.trim().is_empty() {
-            return Err(CoreError::Config("the prompt is empty".into()));
-        }
-        let switches = self.tool_switches(&input.tools)?;
-
-        let info = MessageInfo::User(UserInfo {
-            id: MessageId(id::ascending(MessageId::PREFIX)),
-            session_id: session.id.clone(),
-            time: MessageTime::at(now_ms()),
-            agent: agent.name.clone(),
-            model,
-        });
-        self.inner.ledger.put_message(&info).await?;
-        let part = Part {
-            id: id::ascending("prt").into(),
-            session_id: session.id.clone(),
-            message_id: info.id().clone(),
-            body: PartBody::Text {
-                text: input.text.clone(),
-                synthetic: false,
-                time: None,
-                ignored: false,
-            },
-        };
-        self.inner
-            .ledger
-            .put_part(&part, PartWrite::Changed)
-            .await?;
-        self.inner.ledger.touch_session(&session.id).await?;
-
-        if !switches.is_empty() {
-            self.inner
-                .ledger
-                .update_session_permission(&session.id, move |rules| {
-                    for (permission, on) in &switches {
-                        rules.retain(|r| {
-                            !(&r.permission == permission
-                                && r.pattern == "*"
-                                && r.action == Action::Deny)
-                        });
-                        if !on {
-                            rules.push(Rule {
-                                permission: permission.clone(),
-                                pattern: "*".into(),
-                                action: Action::Deny,
-                            });
-                        }
-                    }
-                })
-                .await?;
-        }
-
-        Ok(MessageWithParts {
-            info,
-            parts: vec![part],
-        })
-    }
-
     /// Run the session's loop (joining the run already going, if any) and
     /// return the last assistant message. Also the way to resume a session
     /// from the ledger alone.
@@ -352,23 +268,32 @@ impl Core {
         self.inner.actors.is_running(session)
     }
 
-    /// Sessions whose run was cut short by a process that died (their lease
-    /// outlived it): candidates for taking over with [`Core::run`].
+    /// Sessions with work and no live runner, candidates for taking over
+    /// with [`Core::run`]: those whose run was cut short by a process that
+    /// died (their lease outlived it), and those with queued prompts that no
+    /// process is running (the process that accepted them stopped first).
     pub async fn orphaned(&self) -> Result<Vec<SessionId>> {
         let now = now_ms();
-        Ok(self
-            .inner
-            .ledger
-            .leases()
-            .await?
-            .into_iter()
+        let leases = self.inner.ledger.leases().await?;
+        let live = |holder: &str, expires: i64| expires > now && !lease::holder_is_dead(holder);
+        let mut out: Vec<SessionId> = leases
+            .iter()
             .filter(|(s, holder, expires)| {
                 holder != &self.inner.holder
                     && !self.inner.actors.is_running(s)
-                    && (*expires <= now || lease::holder_is_dead(holder))
+                    && !live(holder, *expires)
             })
-            .map(|(s, _, _)| s)
-            .collect())
+            .map(|(s, _, _)| s.clone())
+            .collect();
+        for s in self.inner.ledger.sessions_with_open_prompts().await? {
+            let held = leases.iter().any(|(l, holder, expires)| {
+                l == &s && (holder == &self.inner.holder || live(holder, *expires))
+            });
+            if !held && !self.inner.actors.is_running(&s) && !out.contains(&s) {
+                out.push(s);
+            }
+        }
+        Ok(out)
     }
 
     /// Delete a session and its history. Refused while it runs, here or in

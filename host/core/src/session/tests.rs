@@ -6,9 +6,12 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use warden_protocol::llm::AssistantContent;
-use warden_protocol::{ChatMessage, Event, LlmEvent, LlmRequest, ModelRef, PartBody, ToolState};
+use warden_protocol::{
+    ChatMessage, Event, LlmEvent, LlmRequest, MessageInfo, ModelRef, PartBody, ToolState,
+};
 
 use super::*;
+use crate::ledger::PromptState;
 use crate::tool::{
     AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, GuestRef, HookDef,
     PatternSource, ToolDef, ToolOutput,
@@ -853,5 +856,206 @@ async fn an_always_answer_applies_at_once_to_a_later_call_of_the_same_step() {
             row("c1", "ask", "echo", "asked:always", "a"),
             row("c2", "permission", "echo", "allowed", "echo a allow"),
         ]
+    );
+}
+
+/// A core on the ledger at `location` (a SQLite path or a PostgreSQL URL)
+/// acting as its own host (`holder`), answering with `model`.
+async fn host_on(location: &str, holder: &str, model: Arc<dyn warden_llm::Provider>) -> Core {
+    let store = crate::ledger::location::open_store(location).await.unwrap();
+    let ledger = Ledger::new(store, Bus::new());
+    Core::new(
+        ledger,
+        Arc::new(RustTools::default()),
+        Arc::new(OneModel(model, None)),
+        Config::parse("{}").unwrap(),
+        CoreOptions {
+            holder: Some(holder.into()),
+            ..CoreOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Send a whole text answer down one model stream.
+fn say(step: tokio::sync::mpsc::UnboundedSender<LlmEvent>, text: &str) {
+    step.send(LlmEvent::StartStep).unwrap();
+    step.send(LlmEvent::TextDelta {
+        id: "t".into(),
+        text: text.into(),
+    })
+    .unwrap();
+    for e in finish(warden_protocol::FinishReason::Stop) {
+        step.send(e).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn prompts_accepted_by_two_hosts_are_answered_once_each_in_the_order_the_ledger_took_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    two_hosts_queue_prompts(&path.to_string_lossy()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompts_accepted_by_two_hosts_on_postgresql_are_answered_once_each_in_order() {
+    two_hosts_queue_prompts(&warden_pg_harness::database()).await;
+}
+
+async fn two_hosts_queue_prompts(location: &str) {
+    use tokio::sync::mpsc::unbounded_channel;
+    let dir = tempfile::tempdir().unwrap();
+    let (steps, streams): (Vec<_>, Vec<_>) = (0..3).map(|_| unbounded_channel()).unzip();
+    let a = host_on(
+        location,
+        "host-a",
+        Arc::new(Remote(Mutex::new(streams.into()))),
+    )
+    .await;
+    // B has no model answers at all: if it ran a step, its prompt would fail.
+    let b = host_on(
+        location,
+        "host-b",
+        Arc::new(Remote(Mutex::new(Default::default()))),
+    )
+    .await;
+    let session = a.create_session(dir.path(), "two hosts").await.unwrap();
+    let input = |text: &str| PromptInput {
+        session_id: session.id.clone(),
+        text: text.into(),
+        model: Some(ModelRef {
+            provider: "remote".into(),
+            model: "m".into(),
+        }),
+        ..PromptInput::default()
+    };
+    let mut events = a.bus().subscribe();
+    let first = tokio::spawn({
+        let (a, p) = (a.clone(), input("first"));
+        async move { a.prompt(p).await }
+    });
+    // A is running the first prompt when B accepts the second and A the third.
+    loop {
+        if let Event::SessionStatus { status, .. } = &*events.recv().await.unwrap()
+            && *status == SessionStatus::Busy
+        {
+            break;
+        }
+    }
+    let second_number = b.accept(&input("second")).await.unwrap();
+    let second = tokio::spawn({
+        let (b, s) = (b.clone(), session.id.clone());
+        async move { b.answer(&s, second_number).await }
+    });
+    let third = tokio::spawn({
+        let (a, p) = (a.clone(), input("third"));
+        async move { a.prompt(p).await }
+    });
+    let mut steps = steps.into_iter();
+    say(steps.next().unwrap(), "one");
+    say(steps.next().unwrap(), "two");
+    say(steps.next().unwrap(), "three");
+
+    let answers = [
+        first.await.unwrap().unwrap(),
+        second.await.unwrap().unwrap(),
+        third.await.unwrap().unwrap(),
+    ];
+    assert_eq!(answers.map(|m| m.text()), ["one", "two", "three"]);
+    let history: Vec<(String, String)> = b
+        .ledger()
+        .messages(&session.id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| (m.info.role().to_string(), m.text()))
+        .collect();
+    let turn = |u: &str, a: &str| {
+        [
+            ("user".to_string(), u.to_string()),
+            ("assistant".into(), a.into()),
+        ]
+    };
+    assert_eq!(
+        history,
+        [
+            turn("first", "one"),
+            turn("second", "two"),
+            turn("third", "three")
+        ]
+        .concat(),
+        "each prompt written once, answered once, in the ledger's order"
+    );
+    // Every prompt is settled with its own answer; none is left open.
+    assert!(
+        a.ledger()
+            .open_prompts(&session.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let settled = b
+        .ledger()
+        .queued_prompt(second_number)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(settled.state, PromptState::Answered { .. }),
+        "{settled:?}"
+    );
+    assert!(
+        a.ledger().leases().await.unwrap().is_empty(),
+        "the lease was given back"
+    );
+}
+
+#[tokio::test]
+async fn a_prompt_queued_by_a_host_that_stopped_is_answered_by_the_next_runner() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let cassette = dir.path().join("cassette.json");
+    std::fs::write(
+        &cassette,
+        json!({"turns": [{"text": "answered later"}]}).to_string(),
+    )
+    .unwrap();
+    let scripted = Arc::new(ScriptedProvider::load(&cassette).unwrap());
+    let b = host_on(&path.to_string_lossy(), "host-b", scripted).await;
+    let session = b.create_session(dir.path(), "left behind").await.unwrap();
+    // A accepts a prompt and stops before running it (its core is dropped).
+    {
+        let a = host_on(
+            &path.to_string_lossy(),
+            "host-a",
+            Arc::new(Remote(Mutex::new(Default::default()))),
+        )
+        .await;
+        a.accept(&PromptInput {
+            session_id: session.id.clone(),
+            text: "hello".into(),
+            model: Some(ModelRef {
+                provider: "scripted".into(),
+                model: "cassette".into(),
+            }),
+            ..PromptInput::default()
+        })
+        .await
+        .unwrap();
+    }
+    // B's sweep finds it and runs the session.
+    assert_eq!(
+        b.orphaned().await.unwrap(),
+        std::slice::from_ref(&session.id)
+    );
+    let answer = b.run(&session.id).await.unwrap();
+    assert_eq!(answer.text(), "answered later");
+    assert!(b.orphaned().await.unwrap().is_empty());
+    assert!(
+        b.ledger()
+            .open_prompts(&session.id)
+            .await
+            .unwrap()
+            .is_empty()
     );
 }

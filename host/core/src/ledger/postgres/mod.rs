@@ -18,6 +18,7 @@ mod export;
 mod lease;
 mod messages;
 mod phase;
+mod queue;
 pub mod relay;
 pub(crate) mod schema;
 mod sessions;
@@ -37,7 +38,9 @@ use warden_protocol::{
 
 use super::phase::{Phase, PhaseKind};
 use super::store::SessionExport;
-use super::store::{Fence, HolderIsDead, LeaseHeld, PermissionChange, Store};
+use super::store::{
+    Fence, HolderIsDead, LeaseHeld, PermissionChange, PromptState, QueuedPrompt, Store,
+};
 use super::{AuditEntry, LedgerError, PartEvent};
 
 type Result<T> = std::result::Result<T, LedgerError>;
@@ -452,6 +455,57 @@ impl Store for PgStore {
     async fn check_fence(&self, session: &SessionId, fence: &Fence) -> Result<()> {
         let c = self.client().await?;
         lease::check_fence(&c, session, fence, false).await
+    }
+
+    async fn enqueue_prompt(&self, session: &SessionId, body: &str) -> Result<i64> {
+        let mut c = self.client().await?;
+        let tx = begin(&mut c).await?;
+        let number = queue::enqueue(&tx, session, body).await?;
+        tx.commit().await?;
+        Ok(number)
+    }
+
+    async fn open_prompts(&self, session: &SessionId) -> Result<Vec<QueuedPrompt>> {
+        let c = self.client().await?;
+        queue::open(&c, session).await
+    }
+
+    async fn queued_prompt(&self, number: i64) -> Result<Option<QueuedPrompt>> {
+        let c = self.client().await?;
+        queue::get(&c, number).await
+    }
+
+    async fn take_prompt(
+        &self,
+        session: &SessionId,
+        number: i64,
+        message: &MessageId,
+        fence: Option<&Fence>,
+    ) -> Result<bool> {
+        let mut c = self.client().await?;
+        let tx = Self::fenced(&mut c, session, fence).await?;
+        let taken = queue::take(&tx, session, number, message).await?;
+        tx.commit().await?;
+        Ok(taken)
+    }
+
+    async fn settle_prompt(
+        &self,
+        session: &SessionId,
+        number: i64,
+        state: &PromptState,
+        fence: Option<&Fence>,
+    ) -> Result<()> {
+        let mut c = self.client().await?;
+        let tx = Self::fenced(&mut c, session, fence).await?;
+        queue::settle(&tx, session, number, state).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn sessions_with_open_prompts(&self) -> Result<Vec<SessionId>> {
+        let c = self.client().await?;
+        queue::sessions_with_open(&c).await
     }
 
     async fn checkpoint(&self) -> Result<()> {

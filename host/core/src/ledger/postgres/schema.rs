@@ -100,6 +100,24 @@ pub const MIGRATIONS: &[&str] = &[
         at          BIGINT NOT NULL
     );
     "#,
+    // 3: the prompt queue (`session/prompt_queue.rs`): prompts any host
+    // accepted, answered in number order by the session's lease holder;
+    // relayed events carry their runner's lease epoch.
+    r#"
+    CREATE TABLE prompt_queue (
+        number      BIGSERIAL PRIMARY KEY,
+        session_id  TEXT COLLATE "C" NOT NULL REFERENCES session(id) ON DELETE CASCADE,
+        state       TEXT NOT NULL,
+        detail      TEXT,
+        body        TEXT NOT NULL,
+        accepted_at BIGINT NOT NULL,
+        settled_at  BIGINT
+    );
+    CREATE INDEX prompt_queue_by_session ON prompt_queue (session_id, state, number);
+    -- The lease epoch a relayed event's session was held at by its host:
+    -- readers drop a stale runner's late events (relay/mod.rs).
+    ALTER TABLE relay_outbox ADD COLUMN epoch BIGINT;
+    "#,
 ];
 
 /// The advisory lock key migrations run under (any fixed number).

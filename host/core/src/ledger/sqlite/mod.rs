@@ -18,6 +18,7 @@ mod export;
 mod lease;
 mod messages;
 mod phase;
+mod queue;
 pub(crate) mod schema;
 mod sessions;
 pub(in crate::ledger) mod timeline;
@@ -36,7 +37,10 @@ use warden_protocol::{
 };
 
 use super::phase::{Phase, PhaseKind};
-use super::store::{Fence, HolderIsDead, LeaseHeld, PermissionChange, SessionExport, Store};
+use super::store::{
+    Fence, HolderIsDead, LeaseHeld, PermissionChange, PromptState, QueuedPrompt, SessionExport,
+    Store,
+};
 use super::{AuditEntry, LedgerError, PartEvent};
 use crate::clock::now_ms;
 use checkpoint::Checkpointer;
@@ -373,6 +377,61 @@ impl Store for SqliteStore {
         let (session, fence) = (session.clone(), fence.clone());
         self.run(move |c| lease::check_fence(c, &session, &fence))
             .await
+    }
+
+    async fn enqueue_prompt(&self, session: &SessionId, body: &str) -> Result<i64> {
+        let (session, body) = (session.clone(), body.to_string());
+        self.run(move |c| {
+            write(c, &session, None, |tx| {
+                queue::enqueue(tx, &session, &body, now_ms())
+            })
+        })
+        .await
+    }
+
+    async fn open_prompts(&self, session: &SessionId) -> Result<Vec<QueuedPrompt>> {
+        let session = session.clone();
+        self.run(move |c| queue::open(c, &session)).await
+    }
+
+    async fn queued_prompt(&self, number: i64) -> Result<Option<QueuedPrompt>> {
+        self.run(move |c| queue::get(c, number)).await
+    }
+
+    async fn take_prompt(
+        &self,
+        session: &SessionId,
+        number: i64,
+        message: &MessageId,
+        fence: Option<&Fence>,
+    ) -> Result<bool> {
+        let (session, message, fence) = (session.clone(), message.clone(), fence.cloned());
+        self.run(move |c| {
+            write(c, &session, fence.as_ref(), |tx| {
+                queue::take(tx, &session, number, &message)
+            })
+        })
+        .await
+    }
+
+    async fn settle_prompt(
+        &self,
+        session: &SessionId,
+        number: i64,
+        state: &PromptState,
+        fence: Option<&Fence>,
+    ) -> Result<()> {
+        let (session, state, fence) = (session.clone(), state.clone(), fence.cloned());
+        self.run(move |c| {
+            write(c, &session, fence.as_ref(), |tx| {
+                queue::settle(tx, &session, number, &state, now_ms())
+            })
+        })
+        .await
+    }
+
+    async fn sessions_with_open_prompts(&self) -> Result<Vec<SessionId>> {
+        self.run(|c| queue::sessions_with_open(c)).await
     }
 
     async fn checkpoint(&self) -> Result<()> {

@@ -258,6 +258,20 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (session, seq)
     ) WITHOUT ROWID;
     "#,
+    // 6: the prompt queue: prompts any process accepted, answered in number
+    // order by whichever holds the session's lease (`session/prompt_queue.rs`).
+    r#"
+    CREATE TABLE prompt_queue (
+        number      INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id  TEXT NOT NULL,
+        state       TEXT NOT NULL,
+        detail      TEXT,
+        body        TEXT NOT NULL,
+        accepted_at INTEGER NOT NULL,
+        settled_at  INTEGER
+    );
+    CREATE INDEX prompt_queue_by_session ON prompt_queue (session_id, state, number);
+    "#,
 ];
 
 /// Bring the schema up to date (refusing a ledger it cannot write).

@@ -86,10 +86,12 @@ pub fn delete(tx: &Transaction<'_>, id: &SessionId) -> Result<bool> {
             params![id.as_str()],
         )?;
     }
-    tx.execute(
-        "DELETE FROM runner_lease WHERE session_id = ?1",
-        params![id.as_str()],
-    )?;
+    for table in ["runner_lease", "prompt_queue"] {
+        tx.execute(
+            &format!("DELETE FROM {table} WHERE session_id = ?1"),
+            params![id.as_str()],
+        )?;
+    }
     Ok(tx.execute("DELETE FROM session WHERE id = ?1", params![id.as_str()])? > 0)
 }
 

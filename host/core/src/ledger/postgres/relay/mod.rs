@@ -36,6 +36,14 @@
 //! and their text joined), so a host writing slower than a model streams
 //! falls behind by batches, not by rows.
 //!
+//! **A stale runner's late events are dropped.** A host paused (SIGSTOP)
+//! with events not yet appended appends them when it resumes, after the
+//! host that took its sessions over appended newer ones. Each event carries
+//! the lease epoch its host held the session at (if it held it); readers
+//! keep the highest epoch seen per session and drop events of a lower one,
+//! so a client never sees a session go back to a state its new runner
+//! already moved it past.
+//!
 //! **Bounded.** Every [`PRUNE_EVERY`] rows a writer deletes the rows more
 //! than [`KEEP`] behind the newest: the outbox holds the last 100 000
 //! events of all hosts. A reader further behind than that (a listener down
@@ -82,6 +90,8 @@ pub struct Item {
     pub session: String,
     pub kind: &'static str,
     pub body: String,
+    /// The lease epoch the session was held at by the host appending it.
+    pub epoch: Option<i64>,
 }
 
 /// One row of the outbox.
@@ -89,8 +99,35 @@ pub struct Item {
 pub struct Row {
     pub seq: i64,
     pub origin: String,
+    pub session: String,
     pub kind: String,
     pub body: String,
+    pub epoch: Option<i64>,
+}
+
+/// The highest lease epoch seen per session, to drop events of a runner
+/// that has lost its session since (see the module's notes).
+#[derive(Debug, Default)]
+pub struct Epochs(std::collections::HashMap<String, i64>);
+
+impl Epochs {
+    /// Whether an event of `session` at `epoch` is current (and remember it).
+    pub fn current(&mut self, session: &str, epoch: Option<i64>) -> bool {
+        let Some(epoch) = epoch else {
+            return true;
+        };
+        match self.0.get_mut(session) {
+            Some(seen) if *seen > epoch => false,
+            Some(seen) => {
+                *seen = epoch;
+                true
+            }
+            None => {
+                self.0.insert(session.to_string(), epoch);
+                true
+            }
+        }
+    }
 }
 
 /// Connect `bus` to the other hosts: spawn this host's writer and listener
@@ -121,7 +158,8 @@ pub(super) fn start(pool: Pool, config: tokio_postgres::Config, name: String, bu
 pub fn encode(batch: Vec<Outgoing>) -> Vec<Item> {
     let mut merged: Vec<Outgoing> = Vec::with_capacity(batch.len());
     for next in batch {
-        if let (Some(Outgoing::Event(prev)), Outgoing::Event(new)) = (merged.last_mut(), &next)
+        if let (Some(Outgoing::Event(prev, prev_epoch)), Outgoing::Event(new, epoch)) =
+            (merged.last_mut(), &next)
             && let (
                 Event::PartUpdated {
                     part: a,
@@ -134,6 +172,7 @@ pub fn encode(batch: Vec<Outgoing>) -> Vec<Item> {
             ) = (&**prev, &**new)
             && a.id == b.id
             && a.session_id == b.session_id
+            && prev_epoch == epoch
         {
             *prev = Arc::new(Event::PartUpdated {
                 part: b.clone(),
@@ -146,23 +185,26 @@ pub fn encode(batch: Vec<Outgoing>) -> Vec<Item> {
     merged
         .into_iter()
         .filter_map(|o| match o {
-            Outgoing::Event(e) => Some(Item {
+            Outgoing::Event(e, epoch) => Some(Item {
                 session: e.session_id().to_string(),
                 kind: "event",
                 body: serde_json::to_string(&*e).ok()?,
+                epoch,
             }),
             Outgoing::Answer(a) => Some(Item {
                 session: a.session_id.to_string(),
                 kind: "answer",
                 body: serde_json::to_string(&a).ok()?,
+                epoch: None,
             }),
+            Outgoing::Flush(_) => None,
         })
         .collect()
 }
 
-const INSERT: &str = "INSERT INTO relay_outbox (origin, session_id, kind, body, at) \
-     SELECT $1, s, k, b, (extract(epoch from clock_timestamp()) * 1000)::bigint \
-     FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS t(s, k, b, n) ORDER BY n";
+const INSERT: &str = "INSERT INTO relay_outbox (origin, session_id, kind, body, epoch, at) \
+     SELECT $1, s, k, b, e, (extract(epoch from clock_timestamp()) * 1000)::bigint \
+     FROM unnest($2::text[], $3::text[], $4::text[], $5::int8[]) WITH ORDINALITY AS t(s, k, b, e, n) ORDER BY n";
 
 /// Append `items` from `origin` in one transaction, in order, under the
 /// relay's lock, and notify the listeners at its commit.
@@ -173,12 +215,13 @@ pub async fn append(client: &mut PgClient, origin: &str, items: &[Item]) -> Resu
     let sessions: Vec<&str> = items.iter().map(|i| i.session.as_str()).collect();
     let kinds: Vec<&str> = items.iter().map(|i| i.kind).collect();
     let bodies: Vec<&str> = items.iter().map(|i| i.body.as_str()).collect();
+    let epochs: Vec<Option<i64>> = items.iter().map(|i| i.epoch).collect();
     let tx = client.transaction().await?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&RELAY_LOCK])
         .await?;
     tx.execute(
         &tx.prepare_cached(INSERT).await?,
-        &[&origin, &sessions, &kinds, &bodies],
+        &[&origin, &sessions, &kinds, &bodies, &epochs],
     )
     .await?;
     tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL]).await?;
@@ -204,7 +247,7 @@ pub async fn read_after(
 ) -> Result<Vec<Row>> {
     Ok(client
         .query(
-            "SELECT seq, origin, kind, body FROM relay_outbox WHERE seq > $1 ORDER BY seq LIMIT $2",
+            "SELECT seq, origin, session_id, kind, body, epoch FROM relay_outbox WHERE seq > $1 ORDER BY seq LIMIT $2",
             &[&after, &limit],
         )
         .await?
@@ -212,8 +255,10 @@ pub async fn read_after(
         .map(|r| Row {
             seq: r.get(0),
             origin: r.get(1),
-            kind: r.get(2),
-            body: r.get(3),
+            session: r.get(2),
+            kind: r.get(3),
+            body: r.get(4),
+            epoch: r.get(5),
         })
         .collect())
 }
@@ -231,15 +276,19 @@ pub async fn replay(
         .get(0);
     let rows = client
         .query(
-            "SELECT seq, body FROM relay_outbox WHERE seq > $1 AND kind = 'event' \
+            "SELECT seq, body, session_id, epoch FROM relay_outbox WHERE seq > $1 AND kind = 'event' \
              AND ($2::text IS NULL OR session_id = $2) ORDER BY seq LIMIT $3",
             &[&after, &session, &PAGE],
         )
         .await?;
     let mut events = Vec::with_capacity(rows.len());
+    let mut epochs = Epochs::default();
     for r in rows {
         let seq: i64 = r.get(0);
         let body: String = r.get(1);
+        if !epochs.current(r.get(2), r.get(3)) {
+            continue;
+        }
         match serde_json::from_str::<Event>(&body) {
             Ok(e) => events.push((seq, e)),
             Err(e) => tracing::warn!("relayed event {seq} is unreadable ({e}); skipped"),
@@ -278,6 +327,9 @@ async fn write_loop(
                 Err(_) => break,
             }
         }
+        let (flushes, batch): (Vec<Outgoing>, Vec<Outgoing>) = batch
+            .into_iter()
+            .partition(|o| matches!(o, Outgoing::Flush(_)));
         let items = encode(batch);
         let mut tries = 0;
         loop {
@@ -301,6 +353,12 @@ async fn write_loop(
                 }
             }
         }
+        // Appended (or given up on): whoever waits for this may go on.
+        for flush in flushes {
+            if let Outgoing::Flush(done) = flush {
+                let _ = done.send(());
+            }
+        }
         since_prune += items.len();
         if since_prune >= PRUNE_EVERY {
             since_prune = 0;
@@ -321,10 +379,20 @@ async fn listen_loop(
     ready: tokio::sync::oneshot::Sender<()>,
 ) {
     let mut last = None;
+    let mut epochs = Epochs::default();
     let mut ready = Some(ready);
     let mut backoff = Duration::from_millis(100);
     loop {
-        if let Err(e) = listen(&config, &origin, &bus, &mut last, &mut backoff, &mut ready).await {
+        if let Err(e) = listen(
+            &config,
+            &origin,
+            &bus,
+            (&mut last, &mut epochs),
+            &mut backoff,
+            &mut ready,
+        )
+        .await
+        {
             tracing::warn!("the event relay lost its connection to {name} ({e}); reconnecting");
         }
         tokio::time::sleep(backoff).await;
@@ -338,7 +406,7 @@ async fn listen(
     config: &tokio_postgres::Config,
     origin: &str,
     bus: &Bus,
-    last: &mut Option<i64>,
+    (last, epochs): (&mut Option<i64>, &mut Epochs),
     backoff: &mut Duration,
     ready: &mut Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<()> {
@@ -371,7 +439,7 @@ async fn listen(
         }
         *backoff = Duration::from_millis(100);
         loop {
-            catch_up(&client, origin, bus, last).await?;
+            catch_up(&client, origin, bus, last, epochs).await?;
             tokio::select! {
                 woke = wake.recv() => if woke.is_none() { return Ok(()) },
                 _ = tokio::time::sleep(BACKSTOP) => {}
@@ -390,11 +458,16 @@ async fn catch_up(
     origin: &str,
     bus: &Bus,
     last: &mut Option<i64>,
+    epochs: &mut Epochs,
 ) -> Result<()> {
     loop {
         let rows = read_after(client, last.unwrap_or(0), PAGE).await?;
         for row in &rows {
             *last = Some(row.seq);
+            if row.kind == "event" && !epochs.current(&row.session, row.epoch) {
+                // A runner's late event, after another took its session over.
+                continue;
+            }
             if row.origin != origin {
                 deliver(bus, row);
             } else if row.kind == "event"

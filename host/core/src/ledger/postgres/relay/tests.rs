@@ -6,6 +6,7 @@ use warden_protocol::SessionId;
 
 use super::*;
 use crate::ledger::postgres::PgStore;
+use crate::ledger::store::Store;
 
 fn warning(session: &str, n: usize) -> Item {
     let event = Event::SessionWarning {
@@ -16,6 +17,7 @@ fn warning(session: &str, n: usize) -> Item {
         session: session.into(),
         kind: "event",
         body: serde_json::to_string(&event).unwrap(),
+        epoch: None,
     }
 }
 
@@ -24,10 +26,13 @@ fn delta(part: &str, text: &str, delta: &str) -> Outgoing {
         "id": part, "sessionID": "ses_a", "messageID": "msg_1", "type": "text", "text": text
     }))
     .unwrap();
-    Outgoing::Event(Arc::new(Event::PartUpdated {
-        part,
-        delta: Some(delta.into()),
-    }))
+    Outgoing::Event(
+        Arc::new(Event::PartUpdated {
+            part,
+            delta: Some(delta.into()),
+        }),
+        Some(1),
+    )
 }
 
 /// Consecutive deltas of one part become one event carrying the part as
@@ -35,10 +40,13 @@ fn delta(part: &str, text: &str, delta: &str) -> Outgoing {
 /// change that is not a delta, keeps its own row.
 #[test]
 fn queued_deltas_of_one_part_are_merged() {
-    let done = Outgoing::Event(Arc::new(Event::SessionWarning {
-        session_id: SessionId("ses_a".into()),
-        message: "x".into(),
-    }));
+    let done = Outgoing::Event(
+        Arc::new(Event::SessionWarning {
+            session_id: SessionId("ses_a".into()),
+            message: "x".into(),
+        }),
+        None,
+    );
     let items = encode(vec![
         delta("prt_1", "a", "a"),
         delta("prt_1", "ab", "b"),
@@ -251,4 +259,74 @@ async fn a_host_that_missed_notifications_catches_up_from_the_outbox() {
         on_a.try_recv(),
         Err(broadcast::error::TryRecvError::Empty)
     ));
+}
+
+/// A runner paused with events not yet appended appends them after the host
+/// that took its session over appended newer ones: readers drop them (their
+/// lease epoch is lower than one already seen for the session), and keep
+/// events of other sessions and events of no epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_runner_s_late_events_are_dropped_by_every_reader() {
+    let store = PgStore::open(&warden_pg_harness::database()).await.unwrap();
+    let mut c = store.client().await.unwrap();
+    let at = |session: &str, n: usize, epoch: Option<i64>| Item {
+        epoch,
+        ..warning(session, n)
+    };
+    // The new runner (epoch 2) first, then the old one's late rows (epoch 1).
+    append(
+        &mut c,
+        "host-c",
+        &[at("ses_a", 1, Some(2)), at("ses_b", 2, Some(1))],
+    )
+    .await
+    .unwrap();
+    append(
+        &mut c,
+        "host-b",
+        &[
+            at("ses_a", 3, Some(1)),
+            at("ses_a", 4, None),
+            at("ses_b", 5, Some(1)),
+        ],
+    )
+    .await
+    .unwrap();
+    append(&mut c, "host-c", &[at("ses_a", 6, Some(2))])
+        .await
+        .unwrap();
+
+    let bus = crate::bus::Bus::new();
+    let mut seen = bus.subscribe();
+    let (client, connection) = store.config.connect(NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let (mut last, mut epochs) = (Some(0), Epochs::default());
+    catch_up(&client, "host-reader", &bus, &mut last, &mut epochs)
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while let Ok(e) = seen.try_recv() {
+        if let Event::SessionWarning { message, .. } = &*e {
+            got.push(message.clone());
+        }
+    }
+    assert_eq!(
+        got,
+        ["1", "2", "4", "5", "6"],
+        "the late epoch-1 row of ses_a is dropped"
+    );
+    // A client resuming from the outbox sees the same.
+    let replayed: Vec<String> = store
+        .replay(0, Some(&SessionId("ses_a".into())))
+        .await
+        .unwrap()
+        .unwrap()
+        .events
+        .into_iter()
+        .filter_map(|(_, e)| match e {
+            Event::SessionWarning { message, .. } => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(replayed, ["1", "4", "6"]);
 }
