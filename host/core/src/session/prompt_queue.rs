@@ -103,7 +103,11 @@ impl Core {
     /// Wait for queued prompt `number` of `session` to be answered, running
     /// the session here when no other process is.
     pub async fn answer(&self, session: &SessionId, number: i64) -> Result<MessageWithParts> {
-        let mut events = self.bus().subscribe_session(session);
+        // Only a waiter for another process listens to the bus: on the
+        // bus-wide channel (a session channel of its own would stay
+        // allocated, 8192 slots, until the session's next event). An event
+        // it misses before it listens is made up for by looking anyway.
+        let mut events = None;
         loop {
             let (reply, rx) = tokio::sync::oneshot::channel();
             self.inner
@@ -116,12 +120,13 @@ impl Core {
                 | Err(CoreError::Ledger(LedgerError::Fenced { .. })) => {}
                 done => return done,
             }
+            let events = events.get_or_insert_with(|| self.bus().subscribe());
             let tried = Instant::now();
             while tried.elapsed() < TRY_EVERY {
                 let _ = tokio::time::timeout(LOOK_EVERY, async {
                     loop {
                         match events.recv().await {
-                            Ok(e) if matches!(&*e, Event::SessionStatus { .. }) => return,
+                            Ok(e) if matches!(&*e, Event::SessionStatus { session_id, .. } if session_id == session) => return,
                             Ok(_) => {}
                             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return,
                             Err(tokio::sync::broadcast::error::RecvError::Closed) => {
