@@ -338,3 +338,35 @@ pub fn run_binary(
     );
     Ok((elapsed, peak))
 }
+
+/// Write a user message into `session` and return a 1 KiB text part of it
+/// (not yet written): what the `put_part` rows write again and again.
+pub async fn kib_text_part(
+    ledger: &Ledger,
+    session: &warden_protocol::SessionId,
+) -> Result<warden_protocol::Part> {
+    use warden_core::ledger::id;
+    use warden_protocol::{MessageId, MessageInfo, MessageTime, Part, UserInfo};
+    let user = MessageInfo::User(UserInfo {
+        id: MessageId(id::ascending("msg")),
+        session_id: session.clone(),
+        time: MessageTime::at(0),
+        agent: "build".into(),
+        model: ModelRef {
+            provider: "scripted".into(),
+            model: "-".into(),
+        },
+    });
+    ledger.put_message(&user).await?;
+    Ok(Part {
+        id: id::ascending("prt").into(),
+        session_id: session.clone(),
+        message_id: user.id().clone(),
+        body: PartBody::Text {
+            text: "x".repeat(1024),
+            synthetic: false,
+            time: None,
+            ignored: false,
+        },
+    })
+}

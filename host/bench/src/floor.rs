@@ -15,9 +15,7 @@ use serde_json::json;
 use warden_core::Bus;
 use warden_core::ledger::{Ledger, PartWrite, id};
 use warden_core::tool::{CallContext, CallObserver, ToolHost, ToolOutput};
-use warden_protocol::{
-    MessageId, MessageInfo, MessageTime, ModelRef, Part, PartBody, SessionId, UserInfo,
-};
+use warden_protocol::{MessageId, SessionId};
 use warden_runtime::engine::Sandbox;
 use wasmtime::Store;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
@@ -221,28 +219,7 @@ pub async fn measure(work: &Path, n: usize) -> Result<Floors> {
     let s = ledger
         .create_session(&project.display().to_string(), "floor")
         .await?;
-    let user = MessageInfo::User(UserInfo {
-        id: MessageId(id::ascending("msg")),
-        session_id: s.id.clone(),
-        time: MessageTime::at(0),
-        agent: "build".into(),
-        model: ModelRef {
-            provider: "scripted".into(),
-            model: "-".into(),
-        },
-    });
-    ledger.put_message(&user).await?;
-    let mut part = Part {
-        id: id::ascending("prt").into(),
-        session_id: s.id.clone(),
-        message_id: user.id().clone(),
-        body: PartBody::Text {
-            text: "x".repeat(1024),
-            synthetic: false,
-            time: None,
-            ignored: false,
-        },
-    };
+    let mut part = common::kib_text_part(&ledger, &s.id).await?;
     let mut put_part = Vec::new();
     for i in 0..n + warm {
         part.id = id::ascending("prt").into();

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use warden_core::Ledger;
 use warden_core::ledger::{PartWrite, id};
-use warden_protocol::{MessageId, MessageInfo, MessageTime, ModelRef, Part, PartBody, UserInfo};
 
 use crate::common;
 
@@ -32,28 +31,7 @@ pub async fn fenced_put_parts(
         .acquire_lease(&session.id, HOLDER, 600_000, |_| false)
         .await?
         .map_err(|held| anyhow::anyhow!("the bench's fresh session is leased to {held:?}"))?;
-    let user = MessageInfo::User(UserInfo {
-        id: MessageId(id::ascending("msg")),
-        session_id: session.id.clone(),
-        time: MessageTime::at(0),
-        agent: "build".into(),
-        model: ModelRef {
-            provider: "scripted".into(),
-            model: "-".into(),
-        },
-    });
-    ledger.put_message(&user).await?;
-    let mut part = Part {
-        id: id::ascending("prt").into(),
-        session_id: session.id.clone(),
-        message_id: user.id().clone(),
-        body: PartBody::Text {
-            text: "x".repeat(1024),
-            synthetic: false,
-            time: None,
-            ignored: false,
-        },
-    };
+    let mut part = common::kib_text_part(ledger, &session.id).await?;
     let mut out = Vec::with_capacity(n);
     for i in 0..n + warm {
         part.id = id::ascending("prt").into();

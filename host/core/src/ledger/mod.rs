@@ -427,11 +427,13 @@ impl Ledger {
         session: &SessionId,
         id: &MessageId,
     ) -> Result<Option<MessageWithParts>> {
+        // Shared copies: only the message found is cloned, not the history.
         Ok(self
-            .messages(session)
+            .history(session)
             .await?
-            .into_iter()
-            .find(|m| m.info.id() == id))
+            .iter()
+            .find(|m| m.info.id() == id)
+            .map(|m| MessageWithParts::clone(m)))
     }
 
     /// The recorded timeline of the session's parts, in order.
