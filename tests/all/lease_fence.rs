@@ -106,16 +106,17 @@ async fn a_server_paused_past_its_lease_writes_nothing_after_another_took_its_se
         signal(a.pid(), "-STOP");
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         let taken_over = loop {
+            // The lease first: once B has let it go, everything B wrote is
+            // committed, and the snapshot taken after it is B's last word.
+            let released = env
+                .ledger()
+                .leases()
+                .await
+                .unwrap()
+                .iter()
+                .all(|(s, _, _)| s != &session);
             let snap = Snapshot::of(&env, &session).await;
-            if snap.messages.last().is_some_and(|m| m.text() == "finished")
-                && env
-                    .ledger()
-                    .leases()
-                    .await
-                    .unwrap()
-                    .iter()
-                    .all(|(s, _, _)| s != &session)
-            {
+            if released && snap.messages.last().is_some_and(|m| m.text() == "finished") {
                 break snap;
             }
             assert!(

@@ -528,3 +528,42 @@ async fn a_call_is_one_audit_row_and_reads_back_entry_by_entry() {
         .collect();
     assert_eq!(back, expected);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_that_meets_a_reader_waits_for_it_and_empties_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let ledger = Ledger::open(&path, Bus::new()).unwrap();
+    let s = ledger.create_session("/tmp", "t").await.unwrap();
+    let user = user_message(&s.id);
+    ledger.put_message(&user).await.unwrap();
+    ledger
+        .put_part(&text_part(&user, "x".repeat(10_000)), PartWrite::Changed)
+        .await
+        .unwrap();
+    // A reader in the middle of a read transaction, as another process's
+    // `warden session export` would be.
+    let (held, release) = std::sync::mpsc::channel::<()>();
+    let (reading, read) = std::sync::mpsc::channel::<()>();
+    let reader_path = path.clone();
+    let reader = std::thread::spawn(move || {
+        let mut c = Connection::open(&reader_path).unwrap();
+        let tx = c.transaction().unwrap();
+        let _: i64 = tx
+            .query_row("SELECT count(*) FROM part", [], |r| r.get(0))
+            .unwrap();
+        reading.send(()).unwrap();
+        release.recv().unwrap();
+        tx.commit().unwrap();
+    });
+    read.recv().unwrap();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        held.send(()).unwrap();
+    });
+    ledger.checkpoint().await.unwrap();
+    releaser.join().unwrap();
+    reader.join().unwrap();
+    let wal = std::fs::metadata(dir.path().join("ledger.db-wal")).map_or(0, |m| m.len());
+    assert_eq!(wal, 0, "the log was moved into the file and truncated");
+}

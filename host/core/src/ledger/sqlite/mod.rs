@@ -2,18 +2,19 @@
 //! machine. Every SQL statement and every SQLite setting lives in this
 //! folder, a module per kind of row.
 //!
-//! The connection belongs to a thread of its own: each call of [`Store`]
-//! sends a job there and awaits its answer, so no async worker waits on a
-//! lock or a disk while SQLite works, and calls run one at a time in the
-//! order they were sent (SQLite writes one transaction at a time anyway).
-//! Values are encoded for their rows on the caller's side, so the
-//! connection's thread does SQL only. A second thread moves the
-//! write-ahead log into the file (`checkpoint`).
+//! One connection serves every call of [`Store`], one call at a time: on the
+//! caller's thread when the connection is free and the file's locks can be
+//! had at once, else on the connection's own thread, which is the only one
+//! that ever waits on a lock another process holds (`connection`). Values
+//! are encoded for their rows before the call, so the connection does SQL
+//! only. A second thread moves the write-ahead log into the file
+//! (`checkpoint`).
 
 mod audit;
 mod check;
 pub(crate) mod checkpoint;
 mod codec;
+mod connection;
 mod export;
 mod lease;
 mod messages;
@@ -25,10 +26,8 @@ pub(in crate::ledger) mod timeline;
 
 pub use check::{IntegrityReport, check_file};
 
-use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::mpsc;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, Transaction, TransactionBehavior};
@@ -47,14 +46,10 @@ use checkpoint::Checkpointer;
 
 type Result<T> = std::result::Result<T, LedgerError>;
 
-/// What the connection's thread runs.
-type Job = Box<dyn FnOnce(&mut Connection) + Send>;
-
 /// The SQLite ledger.
 pub struct SqliteStore {
     name: Arc<str>,
-    jobs: Option<mpsc::Sender<Job>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    conn: connection::Shared,
     /// The audit trail's keys of guest hashes.
     guests: Arc<audit::GuestKeys>,
     /// Stops with the store.
@@ -77,7 +72,7 @@ impl SqliteStore {
         let shown = path.display().to_string();
         let opened = (|| -> Result<SqliteStore> {
             let conn = Connection::open(path)?;
-            conn.busy_timeout(std::time::Duration::from_secs(10))?;
+            conn.busy_timeout(connection::BUSY_WAIT)?;
             check::quick_check(&conn, &shown)?;
             let conn = Self::prepare(conn, &shown)?;
             // The checkpoint thread does the work; SQLite's own checkpoint on
@@ -99,7 +94,7 @@ impl SqliteStore {
     fn prepare(mut conn: Connection, name: &str) -> Result<Connection> {
         // WAL + NORMAL survives a killed process (only power loss can lose the
         // last transactions); the busy timeout lets processes share the file.
-        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        conn.busy_timeout(connection::BUSY_WAIT)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -107,69 +102,30 @@ impl SqliteStore {
         Ok(conn)
     }
 
-    fn start(mut conn: Connection, name: &str) -> Result<SqliteStore> {
-        let (jobs, incoming) = mpsc::channel::<Job>();
-        let thread = std::thread::Builder::new()
-            .name("warden-ledger".into())
-            .spawn(move || {
-                while let Ok(job) = incoming.recv() {
-                    job(&mut conn);
-                }
-            })
-            .map_err(|e| LedgerError::Storage(format!("cannot start the ledger's thread: {e}")))?;
+    fn start(conn: Connection, name: &str) -> Result<SqliteStore> {
         Ok(SqliteStore {
             name: name.into(),
-            jobs: Some(jobs),
-            thread: Some(thread),
+            conn: connection::Shared::start(conn, name)?,
             guests: Arc::new(audit::GuestKeys::default()),
             _checkpointer: None,
         })
     }
 
-    /// Run `job` on the connection's thread and await its answer.
+    /// Run `job` on the connection (see [`connection`]).
     async fn run<T: Send + 'static>(
         &self,
-        job: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+        job: impl Fn(&mut Connection) -> Result<T> + Send + Sync + 'static,
     ) -> Result<T> {
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        let name = self.name.clone();
-        let job: Job = Box::new(move |conn| {
-            // A panic rolls its transaction back and is logged by the panic
-            // hook; the caller gets an error and the thread serves on.
-            if let Ok(out) = std::panic::catch_unwind(AssertUnwindSafe(|| job(conn))) {
-                let _ = answer.send(out.map_err(|e| check::named(e, &name)));
-            }
-        });
-        let stopped = || LedgerError::Storage("the ledger's connection thread has stopped".into());
-        self.jobs
-            .as_ref()
-            .ok_or_else(stopped)?
-            .send(job)
-            .map_err(|_| stopped())?;
-        answered.await.map_err(|_| {
-            LedgerError::Storage(
-                "a ledger call failed inside the ledger's thread (a bug); see the log".into(),
-            )
-        })?
+        self.conn.run(job).await
     }
 
     /// Run `f` on the connection, blocking: for tests that look at rows.
     #[cfg(test)]
     pub(crate) fn with_conn<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+        f: impl Fn(&Connection) -> rusqlite::Result<T> + Send + Sync + 'static,
     ) -> T {
         futures::executor::block_on(self.run(move |c| Ok(f(c)?))).expect("test query")
-    }
-}
-
-impl Drop for SqliteStore {
-    fn drop(&mut self) {
-        // Closing the channel ends the thread once the jobs sent are done.
-        drop(self.jobs.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
@@ -230,8 +186,18 @@ impl Store for SqliteStore {
         change: PermissionChange,
     ) -> Result<Option<SessionInfo>> {
         let (id, fence) = (id.clone(), fence.cloned());
+        // Taken once the write lock is held: a call that found the file busy
+        // before that runs again with the change still in place.
+        let change = std::sync::Mutex::new(Some(change));
         self.run(move |c| {
             write(c, &id, fence.as_ref(), |tx| {
+                let change = change
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take()
+                    .ok_or_else(|| {
+                        LedgerError::Storage("a rule change was applied twice (a bug)".into())
+                    })?;
                 if !sessions::update_permission(tx, &id, now_ms(), change)? {
                     return Ok(None);
                 }
@@ -435,8 +401,17 @@ impl Store for SqliteStore {
     }
 
     async fn checkpoint(&self) -> Result<()> {
-        self.run(|c| Ok(c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?))
-            .await
+        self.run(|c| {
+            // A checkpoint that meets a reader or a writer reports it in its
+            // first column rather than failing; the connection's thread waits
+            // for them (the busy handler), a caller's thread does not.
+            let busy: i64 = c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
+            if busy != 0 && connection::busy_here() {
+                return Err(LedgerError::Storage("the ledger file is busy".into()));
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn export_session(&self, id: &SessionId) -> Result<Option<SessionExport>> {
