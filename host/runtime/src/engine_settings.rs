@@ -9,10 +9,18 @@
 use std::hash::{Hash, Hasher};
 
 use sha2::{Digest, Sha256};
-use wasmtime::{Config, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
+use wasmtime::{Config, Enabled, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
 
 /// Guest instances that may be alive at once with the pooling allocator.
 pub const POOL_INSTANCES: u32 = 1000;
+
+/// How much of a pool slot's linear memory may stay resident between
+/// instances when the kernel reports dirty pages (see [`config`]): only the
+/// pages a call wrote are reset, up to this much.
+const KEEP_RESIDENT_MEMORY: usize = 32 << 20;
+/// The same for a slot's tables (the funcref tables of big guests run to
+/// hundreds of KB).
+const KEEP_RESIDENT_TABLE: usize = 4 << 20;
 
 /// The default linear-memory limit of a guest (the config's `memory_mb`);
 /// the built-ins are precompiled for it (by build.rs).
@@ -39,6 +47,19 @@ pub fn config(pool_memory: Option<usize>) -> Config {
             .max_memories_per_component(4)
             .max_tables_per_component(8)
             .linear_memory_keep_resident(64 * 1024);
+        // A fresh instance of a big interpreted guest (CPython, a JS engine)
+        // writes a few MB of its memory image before it does anything; a pool
+        // slot normally gives those pages back and faults them in again on
+        // the next instance. Where the kernel reports which pages an instance
+        // dirtied (PAGEMAP_SCAN, Linux 6.7+), the slot keeps its pages and
+        // only the dirtied ones are copied back from the image. Without it,
+        // keeping pages resident would mean resetting the whole kept size on
+        // every call, so the small default stays.
+        if PoolingAllocationConfig::is_pagemap_scan_available() {
+            pool.pagemap_scan(Enabled::Yes)
+                .linear_memory_keep_resident(KEEP_RESIDENT_MEMORY)
+                .table_keep_resident(KEEP_RESIDENT_TABLE);
+        }
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         // Guard pages stay, but the reservation per memory is just what the grant allows.
         c.memory_reservation(max_memory as u64)
