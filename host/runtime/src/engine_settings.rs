@@ -55,10 +55,15 @@ pub fn config(pool_memory: Option<usize>) -> Config {
         // only the dirtied ones are copied back from the image. Without it,
         // keeping pages resident would mean resetting the whole kept size on
         // every call, so the small default stays.
+        // What stays resident is bounded by the busiest moment: a free slot
+        // another guest last used is taken before an untouched one (no
+        // unused warm slots kept), so only as many slots hold pages as there
+        // were instances alive at once.
         if PoolingAllocationConfig::is_pagemap_scan_available() {
             pool.pagemap_scan(Enabled::Yes)
                 .linear_memory_keep_resident(KEEP_RESIDENT_MEMORY)
-                .table_keep_resident(KEEP_RESIDENT_TABLE);
+                .table_keep_resident(KEEP_RESIDENT_TABLE)
+                .max_unused_warm_slots(0);
         }
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         // Guard pages stay, but the reservation per memory is just what the grant allows.
