@@ -567,3 +567,50 @@ async fn a_checkpoint_that_meets_a_reader_waits_for_it_and_empties_the_log() {
     let wal = std::fs::metadata(dir.path().join("ledger.db-wal")).map_or(0, |m| m.len());
     assert_eq!(wal, 0, "the log was moved into the file and truncated");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_that_meets_another_checkpoint_waits_its_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let ledger = Ledger::open(&path, Bus::new()).unwrap();
+    let s = ledger.create_session("/tmp", "t").await.unwrap();
+    let user = user_message(&s.id);
+    ledger.put_message(&user).await.unwrap();
+    ledger
+        .put_part(&text_part(&user, "x".repeat(10_000)), PartWrite::Changed)
+        .await
+        .unwrap();
+    // A reader holds a snapshot for 300 ms; another connection's checkpoint
+    // waits for it, holding the checkpoint lock all that time.
+    let (reading, read) = std::sync::mpsc::channel::<()>();
+    let reader_path = path.clone();
+    let reader = std::thread::spawn(move || {
+        let mut c = Connection::open(&reader_path).unwrap();
+        let tx = c.transaction().unwrap();
+        let _: i64 = tx
+            .query_row("SELECT count(*) FROM part", [], |r| r.get(0))
+            .unwrap();
+        reading.send(()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        tx.commit().unwrap();
+    });
+    read.recv().unwrap();
+    let other_path = path.clone();
+    let other = std::thread::spawn(move || {
+        let c = Connection::open(&other_path).unwrap();
+        c.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+        c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .unwrap()
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    ledger.checkpoint().await.unwrap();
+    let wal = std::fs::metadata(dir.path().join("ledger.db-wal")).map_or(0, |m| m.len());
+    assert_eq!(
+        wal, 0,
+        "the log was moved into the file when the call returned"
+    );
+    reader.join().unwrap();
+    assert_eq!(other.join().unwrap(), 0);
+}

@@ -402,14 +402,24 @@ impl Store for SqliteStore {
 
     async fn checkpoint(&self) -> Result<()> {
         self.run(|c| {
-            // A checkpoint that meets a reader or a writer reports it in its
-            // first column rather than failing; the connection's thread waits
-            // for them (the busy handler), a caller's thread does not.
-            let busy: i64 = c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
-            if busy != 0 && connection::busy_here() {
-                return Err(LedgerError::Storage("the ledger file is busy".into()));
+            // A checkpoint that meets a reader, a writer or another checkpoint
+            // (the checkpoint thread's) reports it in its first column rather
+            // than failing, and does not wait for that last one: the
+            // connection's thread tries again until it gets through.
+            let deadline = std::time::Instant::now() + connection::BUSY_WAIT;
+            loop {
+                let busy: i64 =
+                    c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
+                if busy == 0 {
+                    return Ok(());
+                }
+                if connection::busy_here() || std::time::Instant::now() > deadline {
+                    return Err(LedgerError::Storage(
+                        "the ledger's write-ahead log could not be moved into the file: other connections kept it busy".into(),
+                    ));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
             }
-            Ok(())
         })
         .await
     }
