@@ -47,10 +47,22 @@ mod bindings {
 }
 use bindings::tool::warden::plugin::{host as wit_host, types as wit};
 
-/// What the bare guest call's store holds: an empty WASI context.
+/// What the bare guest call's store holds: an empty WASI context (and an
+/// HTTP one, for components that import wasi:http).
 struct Bare {
     wasi: WasiCtx,
     table: ResourceTable,
+    http: wasmtime_wasi_http::WasiHttpCtx,
+}
+
+impl wasmtime_wasi_http::WasiHttpView for Bare {
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        wasmtime_wasi_http::WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: wasmtime_wasi_http::default_hooks(),
+        }
+    }
 }
 
 impl WasiView for Bare {
@@ -79,6 +91,7 @@ fn bare_store(engine: &wasmtime::Engine) -> Store<Bare> {
         Bare {
             wasi: WasiCtx::builder().build(),
             table: ResourceTable::new(),
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
         },
     );
     // The engine counts epochs (as warden's does): a deadline far away.
@@ -268,6 +281,44 @@ pub fn bare_transactions(path: &Path, n: usize, warm: usize) -> Result<Vec<Durat
 }
 
 type Samples = Vec<Duration>;
+
+/// A fresh store (empty WASI context) and instance of a tool `component`,
+/// without a call: what a fresh instance costs before the guest runs
+/// anything, on `engine` (warden's settings).
+pub async fn bare_instances(
+    engine: &wasmtime::Engine,
+    component: &Component,
+    n: usize,
+    warm: usize,
+) -> Result<Samples> {
+    let mut linker = Linker::<Bare>::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    bindings::tool::ToolPlugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    // The SDKs' components import wasi:http too (warden gives it, behind
+    // the plugin's HTTP grants).
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
+        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let pre = bindings::tool::ToolPluginPre::new(
+        linker
+            .instantiate_pre(component)
+            .map_err(|e| anyhow::anyhow!("{e:#}"))?,
+    )
+    .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n + warm {
+        let t0 = Instant::now();
+        let mut store = bare_store(engine);
+        pre.instantiate_async(&mut store)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        drop(store);
+        if i >= warm {
+            out.push(t0.elapsed());
+        }
+    }
+    Ok(out)
+}
 
 /// A fresh store and instance per call, as warden makes them, without
 /// anything warden adds.

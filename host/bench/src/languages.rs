@@ -89,6 +89,7 @@ pub async fn languages(work: &Path, warden: &Path, n: usize) -> Result<Vec<Row>>
     )?;
     let mut rows = Vec::new();
     let mut rust_median = None;
+    let mut rust_instance = None;
     for (lang, label) in [("rust", "Rust"), ("python", "Python"), ("js", "JavaScript")] {
         let name = format!("bench-{}", label.to_lowercase());
         let dir = work.join(&name);
@@ -101,8 +102,12 @@ pub async fn languages(work: &Path, warden: &Path, n: usize) -> Result<Vec<Row>>
         sandbox.component(&bytes, &sha256_hex(&bytes))?;
         let compile = t.elapsed();
         let t = Instant::now();
-        sandbox.component(&bytes, &sha256_hex(&bytes))?;
+        let component = sandbox.component(&bytes, &sha256_hex(&bytes))?;
         let cached = t.elapsed();
+        // The fresh instance alone, before the guest runs anything.
+        let instances = summarize(
+            &crate::floor::bare_instances(&sandbox.engine, &component, n, n / 10 + 5).await?,
+        );
 
         let config = Config::parse(
             &json!({"builtins": false, "plugins": [{"name": name, "path": wasm,
@@ -135,8 +140,10 @@ pub async fn languages(work: &Path, warden: &Path, n: usize) -> Result<Vec<Row>>
         }
         let s = summarize(&samples);
         let against = rust_median.map(|r: f64| s.median_us / r);
+        let instance_against = rust_instance.map(|r: f64| instances.median_us / r);
         if lang == "rust" {
             rust_median = Some(s.median_us);
+            rust_instance = Some(instances.median_us);
         }
         let mut call = row(
             format!("{label} tool call, fresh instance (1 KiB file)"),
@@ -162,6 +169,22 @@ pub async fn languages(work: &Path, warden: &Path, n: usize) -> Result<Vec<Row>>
             json!({"bytes": bytes.len(), "compile_ms": compile.as_millis() as u64,
                    "cached_load_us": cached.as_micros() as u64}),
         ));
+        let mut instance = row(
+            format!(
+                "{label} fresh instance alone: new store (empty WASI context) + instantiate, no call (bare wasmtime, warden's engine settings)"
+            ),
+            format!(
+                "median {:.3} ms · p99 {:.3} ms",
+                instances.median_us / 1000.0,
+                instances.p99_us / 1000.0
+            ),
+            json!({"median_us": instances.median_us, "p99_us": instances.p99_us, "samples": instances.samples}),
+        );
+        if let Some(ratio) = instance_against {
+            instance.against = "the Rust tool's".into();
+            instance.ratio = Some(ratio);
+        }
+        rows.push(instance);
         rows.push(call);
     }
     Ok(rows)
