@@ -6,9 +6,11 @@
 //!   hop: on an idle machine, waking a thread and being woken back cost more
 //!   than the transaction itself.
 //! - **On the connection's own thread** otherwise: when another task of this
-//!   process is using the connection, or when another process holds the
-//!   file's write lock. That thread waits for the lock (up to [`BUSY_WAIT`]),
-//!   so no async worker ever waits on a lock held elsewhere.
+//!   process is using the connection, when another process holds the file's
+//!   write lock, and always for reads of a whole session or more
+//!   ([`Shared::run_there`]). That thread waits for the lock (up to
+//!   [`BUSY_WAIT`]), so no async worker ever waits on a lock held elsewhere
+//!   or on a long read.
 //!
 //! A call that found the file busy on the caller's thread did nothing (its
 //! transaction never began, or was rolled back), so it is run again, whole,
@@ -59,16 +61,6 @@ fn busy(attempt: i32) -> bool {
     }
     std::thread::sleep(Duration::from_millis(delay));
     true
-}
-
-/// For a call that learned from a result rather than an error that the file
-/// was busy (a checkpoint that could not finish): on a caller's thread, the
-/// call is to run again on the connection's thread, and this is `true`.
-pub(crate) fn busy_here() -> bool {
-    if ON_CALLER.get() {
-        FOUND_BUSY.set(true);
-    }
-    ON_CALLER.get()
 }
 
 /// SQLite's default schedule: the delay before try `attempt + 1`, and the
@@ -134,6 +126,16 @@ impl Shared {
             Err(TryLockError::WouldBlock) => {}
         }
         self.on_thread(call).await
+    }
+
+    /// Run `call` on the connection's thread, always: for calls that may
+    /// read a whole session or more (a history, an export, an audit trail),
+    /// which would hold an async worker for as long as they take.
+    pub(crate) async fn run_there<T: Send + 'static>(
+        &self,
+        call: impl Fn(&mut Connection) -> Result<T> + Send + Sync + 'static,
+    ) -> Result<T> {
+        self.on_thread(Arc::new(call)).await
     }
 
     /// The call on the caller's thread; `None` if the file was busy.
@@ -255,6 +257,17 @@ mod tests {
                 .unwrap()
         };
         assert_eq!(rows, vec![1, 2]);
+    }
+
+    #[tokio::test]
+    async fn a_long_read_runs_on_the_connection_s_thread_even_when_the_connection_is_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = file_store(dir.path());
+        let ran_on = shared
+            .run_there(|_| Ok(std::thread::current().name().map(str::to_string)))
+            .await
+            .unwrap();
+        assert_eq!(ran_on.as_deref(), Some("warden-ledger"));
     }
 
     #[tokio::test]

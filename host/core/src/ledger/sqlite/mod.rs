@@ -119,6 +119,15 @@ impl SqliteStore {
         self.conn.run(job).await
     }
 
+    /// Run `job` on the connection's thread: a read of a whole session or
+    /// more, which should not hold an async worker.
+    async fn run_there<T: Send + 'static>(
+        &self,
+        job: impl Fn(&mut Connection) -> Result<T> + Send + Sync + 'static,
+    ) -> Result<T> {
+        self.conn.run_there(job).await
+    }
+
     /// Run `f` on the connection, blocking: for tests that look at rows.
     #[cfg(test)]
     pub(crate) fn with_conn<T: Send + 'static>(
@@ -176,7 +185,7 @@ impl Store for SqliteStore {
     }
 
     async fn sessions(&self) -> Result<Vec<SessionInfo>> {
-        self.run(|c| sessions::all(c)).await
+        self.run_there(|c| sessions::all(c)).await
     }
 
     async fn update_permission(
@@ -254,12 +263,12 @@ impl Store for SqliteStore {
 
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
         let session = session.clone();
-        self.run(move |c| messages::read(c, &session)).await
+        self.run_there(move |c| messages::read(c, &session)).await
     }
 
     async fn part_events(&self, session: &SessionId) -> Result<Vec<PartEvent>> {
         let session = session.clone();
-        self.run(move |c| timeline::read(c, &session)).await
+        self.run_there(move |c| timeline::read(c, &session)).await
     }
 
     async fn audit(
@@ -280,7 +289,7 @@ impl Store for SqliteStore {
 
     async fn audit_trail(&self, session: &SessionId) -> Result<Vec<AuditEntry>> {
         let session = session.clone();
-        self.run(move |c| audit::read(c, &session)).await
+        self.run_there(move |c| audit::read(c, &session)).await
     }
 
     async fn mark_phases(
@@ -306,7 +315,7 @@ impl Store for SqliteStore {
 
     async fn phases(&self, session: &SessionId) -> Result<Vec<Phase>> {
         let session = session.clone();
-        self.run(move |c| phase::read(c, &session)).await
+        self.run_there(move |c| phase::read(c, &session)).await
     }
 
     async fn acquire_lease(
@@ -336,7 +345,7 @@ impl Store for SqliteStore {
     }
 
     async fn leases(&self) -> Result<Vec<(SessionId, String, Millis)>> {
-        self.run(|c| lease::all(c)).await
+        self.run_there(|c| lease::all(c)).await
     }
 
     async fn check_fence(&self, session: &SessionId, fence: &Fence) -> Result<()> {
@@ -401,11 +410,12 @@ impl Store for SqliteStore {
     }
 
     async fn checkpoint(&self) -> Result<()> {
-        self.run(|c| {
+        // On the connection's thread: it copies the log and syncs the file.
+        self.run_there(|c| {
             // A checkpoint that meets a reader, a writer or another checkpoint
             // (the checkpoint thread's) reports it in its first column rather
-            // than failing, and does not wait for that last one: the
-            // connection's thread tries again until it gets through.
+            // than failing, and does not wait for that last one: try again
+            // until it gets through.
             let deadline = std::time::Instant::now() + connection::BUSY_WAIT;
             loop {
                 let busy: i64 =
@@ -413,7 +423,7 @@ impl Store for SqliteStore {
                 if busy == 0 {
                     return Ok(());
                 }
-                if connection::busy_here() || std::time::Instant::now() > deadline {
+                if std::time::Instant::now() > deadline {
                     return Err(LedgerError::Storage(
                         "the ledger's write-ahead log could not be moved into the file: other connections kept it busy".into(),
                     ));
@@ -426,7 +436,7 @@ impl Store for SqliteStore {
 
     async fn export_session(&self, id: &SessionId) -> Result<Option<SessionExport>> {
         let id = id.clone();
-        self.run(move |c| {
+        self.run_there(move |c| {
             // One read transaction: one snapshot of the file.
             let tx = c.transaction()?;
             let out = export::export(&tx, &id)?;
@@ -439,7 +449,7 @@ impl Store for SqliteStore {
     async fn import_session(&self, export: &SessionExport) -> Result<bool> {
         let export = export.clone();
         let guests = self.guests.clone();
-        self.run(move |c| {
+        self.run_there(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             if !export::import(&tx, &guests, &export)? {
                 return Ok(false);
