@@ -339,13 +339,16 @@ pub fn run_binary(
     Ok((elapsed, peak))
 }
 
-/// Write a user message into `session` and return a 1 KiB text part of it
-/// (not yet written): what the `put_part` rows write again and again.
-pub async fn kib_text_part(
+/// Write a user message into `session`, then `warm` + `n` new 1 KiB text
+/// parts of it with `Ledger::put_part`, timing the last `n`: what the
+/// `put_part` rows measure (on a ledger opened without a lease or under one).
+pub async fn time_kib_text_parts(
     ledger: &Ledger,
     session: &warden_protocol::SessionId,
-) -> Result<warden_protocol::Part> {
-    use warden_core::ledger::id;
+    n: usize,
+    warm: usize,
+) -> Result<Vec<Duration>> {
+    use warden_core::ledger::{PartWrite, id};
     use warden_protocol::{MessageId, MessageInfo, MessageTime, Part, UserInfo};
     let user = MessageInfo::User(UserInfo {
         id: MessageId(id::ascending("msg")),
@@ -358,7 +361,7 @@ pub async fn kib_text_part(
         },
     });
     ledger.put_message(&user).await?;
-    Ok(Part {
+    let mut part = Part {
         id: id::ascending("prt").into(),
         session_id: session.clone(),
         message_id: user.id().clone(),
@@ -368,5 +371,15 @@ pub async fn kib_text_part(
             time: None,
             ignored: false,
         },
-    })
+    };
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n + warm {
+        part.id = id::ascending("prt").into();
+        let t = Instant::now();
+        ledger.put_part(&part, PartWrite::Changed).await?;
+        if i >= warm {
+            out.push(t.elapsed());
+        }
+    }
+    Ok(out)
 }

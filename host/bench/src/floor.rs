@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use rusqlite::{Connection, params};
 use serde_json::json;
 use warden_core::Bus;
-use warden_core::ledger::{Ledger, PartWrite, id};
+use warden_core::ledger::{Ledger, id};
 use warden_core::tool::{CallContext, CallObserver, ToolHost, ToolOutput};
 use warden_protocol::{MessageId, SessionId};
 use warden_runtime::engine::Sandbox;
@@ -232,16 +232,7 @@ pub async fn measure(work: &Path, n: usize) -> Result<Floors> {
     let s = ledger
         .create_session(&project.display().to_string(), "floor")
         .await?;
-    let mut part = common::kib_text_part(&ledger, &s.id).await?;
-    let mut put_part = Vec::new();
-    for i in 0..n + warm {
-        part.id = id::ascending("prt").into();
-        let t = Instant::now();
-        ledger.put_part(&part, PartWrite::Changed).await?;
-        if i >= warm {
-            put_part.push(t.elapsed());
-        }
-    }
+    let put_part = common::time_kib_text_parts(&ledger, &s.id, n, warm).await?;
 
     Ok(Floors {
         txn: summarize(&txn),

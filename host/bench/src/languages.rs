@@ -79,6 +79,30 @@ fn make_tool(warden: &Path, name: &str, lang: &str, dir: &Path) -> Result<PathBu
         .with_context(|| format!("`warden plugin build` did not say what it built: {built}"))
 }
 
+/// A row of timings in ms with `decimals`, read against `against` (what,
+/// ratio) when given.
+fn timed_row(
+    measure: String,
+    s: &crate::stats::Summary,
+    decimals: usize,
+    against: Option<(&str, f64)>,
+) -> Row {
+    let mut r = row(
+        measure,
+        format!(
+            "median {:.decimals$} ms · p99 {:.decimals$} ms",
+            s.median_us / 1000.0,
+            s.p99_us / 1000.0
+        ),
+        json!({"median_us": s.median_us, "p99_us": s.p99_us, "samples": s.samples}),
+    );
+    if let Some((what, ratio)) = against {
+        r.against = what.into();
+        r.ratio = Some(ratio);
+    }
+    r
+}
+
 /// Build the template tool in each language and measure it over `n` calls.
 pub async fn languages(work: &Path, warden: &Path, n: usize) -> Result<Vec<Row>> {
     let project_dir = work.join("langs-project");
@@ -145,19 +169,12 @@ pub async fn languages(work: &Path, warden: &Path, n: usize) -> Result<Vec<Row>>
             rust_median = Some(s.median_us);
             rust_instance = Some(instances.median_us);
         }
-        let mut call = row(
+        let call = timed_row(
             format!("{label} tool call, fresh instance (1 KiB file)"),
-            format!(
-                "median {:.2} ms · p99 {:.2} ms",
-                s.median_us / 1000.0,
-                s.p99_us / 1000.0
-            ),
-            json!({"median_us": s.median_us, "p99_us": s.p99_us, "samples": s.samples}),
+            &s,
+            2,
+            against.map(|r| ("the Rust tool", r)),
         );
-        if let Some(ratio) = against {
-            call.against = "the Rust tool".into();
-            call.ratio = Some(ratio);
-        }
         rows.push(row(
             format!("{label} component: size · first compile · cached load"),
             format!(
@@ -169,21 +186,14 @@ pub async fn languages(work: &Path, warden: &Path, n: usize) -> Result<Vec<Row>>
             json!({"bytes": bytes.len(), "compile_ms": compile.as_millis() as u64,
                    "cached_load_us": cached.as_micros() as u64}),
         ));
-        let mut instance = row(
+        let instance = timed_row(
             format!(
                 "{label} fresh instance alone: new store (empty WASI context) + instantiate, no call (bare wasmtime, warden's engine settings)"
             ),
-            format!(
-                "median {:.3} ms · p99 {:.3} ms",
-                instances.median_us / 1000.0,
-                instances.p99_us / 1000.0
-            ),
-            json!({"median_us": instances.median_us, "p99_us": instances.p99_us, "samples": instances.samples}),
+            &instances,
+            3,
+            instance_against.map(|r| ("the Rust tool's", r)),
         );
-        if let Some(ratio) = instance_against {
-            instance.against = "the Rust tool's".into();
-            instance.ratio = Some(ratio);
-        }
         rows.push(instance);
         rows.push(call);
     }

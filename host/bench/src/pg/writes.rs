@@ -4,11 +4,10 @@
 //! pipelined with the write). The same loop runs on either backend.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 use warden_core::Ledger;
-use warden_core::ledger::{PartWrite, id};
 
 use crate::common;
 
@@ -31,16 +30,7 @@ pub async fn fenced_put_parts(
         .acquire_lease(&session.id, HOLDER, 600_000, |_| false)
         .await?
         .map_err(|held| anyhow::anyhow!("the bench's fresh session is leased to {held:?}"))?;
-    let mut part = common::kib_text_part(ledger, &session.id).await?;
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n + warm {
-        part.id = id::ascending("prt").into();
-        let t = Instant::now();
-        ledger.put_part(&part, PartWrite::Changed).await?;
-        if i >= warm {
-            out.push(t.elapsed());
-        }
-    }
+    let out = common::time_kib_text_parts(ledger, &session.id, n, warm).await?;
     ledger.release_lease(&session.id, &fence).await?;
     Ok(out)
 }

@@ -529,11 +529,9 @@ async fn a_call_is_one_audit_row_and_reads_back_entry_by_entry() {
     assert_eq!(back, expected);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_checkpoint_that_meets_a_reader_waits_for_it_and_empties_the_log() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("ledger.db");
-    let ledger = Ledger::open(&path, Bus::new()).unwrap();
+/// A ledger file with a 10 KB part still in its write-ahead log.
+async fn ledger_with_a_log(dir: &std::path::Path) -> Ledger {
+    let ledger = Ledger::open(&dir.join("ledger.db"), Bus::new()).unwrap();
     let s = ledger.create_session("/tmp", "t").await.unwrap();
     let user = user_message(&s.id);
     ledger.put_message(&user).await.unwrap();
@@ -541,63 +539,57 @@ async fn a_checkpoint_that_meets_a_reader_waits_for_it_and_empties_the_log() {
         .put_part(&text_part(&user, "x".repeat(10_000)), PartWrite::Changed)
         .await
         .unwrap();
-    // A reader in the middle of a read transaction, as another process's
-    // `warden session export` would be.
-    let (held, release) = std::sync::mpsc::channel::<()>();
+    ledger
+}
+
+/// Another connection in the middle of a read transaction for `ms`, as
+/// another process's `warden session export` would be; returns once the
+/// read has begun.
+fn hold_a_read(path: &std::path::Path, ms: u64) -> std::thread::JoinHandle<()> {
     let (reading, read) = std::sync::mpsc::channel::<()>();
-    let reader_path = path.clone();
+    let path = path.to_path_buf();
     let reader = std::thread::spawn(move || {
-        let mut c = Connection::open(&reader_path).unwrap();
+        let mut c = Connection::open(&path).unwrap();
         let tx = c.transaction().unwrap();
         let _: i64 = tx
             .query_row("SELECT count(*) FROM part", [], |r| r.get(0))
             .unwrap();
         reading.send(()).unwrap();
-        release.recv().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(ms));
         tx.commit().unwrap();
     });
     read.recv().unwrap();
-    let releaser = std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        held.send(()).unwrap();
-    });
+    reader
+}
+
+fn log_size(dir: &std::path::Path) -> u64 {
+    std::fs::metadata(dir.join("ledger.db-wal")).map_or(0, |m| m.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_that_meets_a_reader_waits_for_it_and_empties_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = ledger_with_a_log(dir.path()).await;
+    let reader = hold_a_read(&dir.path().join("ledger.db"), 200);
     ledger.checkpoint().await.unwrap();
-    releaser.join().unwrap();
     reader.join().unwrap();
-    let wal = std::fs::metadata(dir.path().join("ledger.db-wal")).map_or(0, |m| m.len());
-    assert_eq!(wal, 0, "the log was moved into the file and truncated");
+    assert_eq!(
+        log_size(dir.path()),
+        0,
+        "the log was moved into the file and truncated"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_that_meets_another_checkpoint_waits_its_turn() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
-    let ledger = Ledger::open(&path, Bus::new()).unwrap();
-    let s = ledger.create_session("/tmp", "t").await.unwrap();
-    let user = user_message(&s.id);
-    ledger.put_message(&user).await.unwrap();
-    ledger
-        .put_part(&text_part(&user, "x".repeat(10_000)), PartWrite::Changed)
-        .await
-        .unwrap();
+    let ledger = ledger_with_a_log(dir.path()).await;
     // A reader holds a snapshot for 300 ms; another connection's checkpoint
     // waits for it, holding the checkpoint lock all that time.
-    let (reading, read) = std::sync::mpsc::channel::<()>();
-    let reader_path = path.clone();
-    let reader = std::thread::spawn(move || {
-        let mut c = Connection::open(&reader_path).unwrap();
-        let tx = c.transaction().unwrap();
-        let _: i64 = tx
-            .query_row("SELECT count(*) FROM part", [], |r| r.get(0))
-            .unwrap();
-        reading.send(()).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        tx.commit().unwrap();
-    });
-    read.recv().unwrap();
-    let other_path = path.clone();
+    let reader = hold_a_read(&path, 300);
     let other = std::thread::spawn(move || {
-        let c = Connection::open(&other_path).unwrap();
+        let c = Connection::open(&path).unwrap();
         c.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
         c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
             r.get::<_, i64>(0)
@@ -606,9 +598,9 @@ async fn a_checkpoint_that_meets_another_checkpoint_waits_its_turn() {
     });
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     ledger.checkpoint().await.unwrap();
-    let wal = std::fs::metadata(dir.path().join("ledger.db-wal")).map_or(0, |m| m.len());
     assert_eq!(
-        wal, 0,
+        log_size(dir.path()),
+        0,
         "the log was moved into the file when the call returned"
     );
     reader.join().unwrap();

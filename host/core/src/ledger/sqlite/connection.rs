@@ -112,20 +112,10 @@ impl Shared {
         call: impl Fn(&mut Connection) -> Result<T> + Send + Sync + 'static,
     ) -> Result<T> {
         let call: Call<T> = Arc::new(call);
-        match self.conn.try_lock() {
-            Ok(mut conn) => {
-                if let Some(out) = self.here(&mut conn, &call) {
-                    return out;
-                }
-            }
-            Err(TryLockError::Poisoned(p)) => {
-                if let Some(out) = self.here(&mut p.into_inner(), &call) {
-                    return out;
-                }
-            }
-            Err(TryLockError::WouldBlock) => {}
+        match self.try_here(&call) {
+            Some(out) => out,
+            None => self.on_thread(call).await,
         }
-        self.on_thread(call).await
     }
 
     /// Run `call` on the connection's thread, always: for calls that may
@@ -138,8 +128,16 @@ impl Shared {
         self.on_thread(Arc::new(call)).await
     }
 
-    /// The call on the caller's thread; `None` if the file was busy.
-    fn here<T>(&self, conn: &mut Connection, call: &Call<T>) -> Option<Result<T>> {
+    /// The call on the caller's thread; `None` if another task holds the
+    /// connection or the file was busy (the call did nothing).
+    fn try_here<T>(&self, call: &Call<T>) -> Option<Result<T>> {
+        let mut conn = match self.conn.try_lock() {
+            Ok(conn) => conn,
+            // A call that panicked was caught inside the lock (see `lock`).
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        let conn = &mut *conn;
         ON_CALLER.set(true);
         FOUND_BUSY.set(false);
         let out = std::panic::catch_unwind(AssertUnwindSafe(|| call(conn)));
