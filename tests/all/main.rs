@@ -22,6 +22,7 @@ mod opencode;
 mod operator;
 mod plugin_new;
 mod postgres;
+mod prepared;
 mod provider_faults;
 mod providers;
 mod read_tool;

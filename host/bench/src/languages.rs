@@ -103,6 +103,71 @@ fn timed_row(
     r
 }
 
+/// `n` timed calls of the template tool in `directory` (after a tenth more
+/// untimed), with instances prepared per `policy`. Each call follows a 1 ms
+/// pause, untimed, as calls follow a model's answer; with `always` the pause
+/// lasts until the instance made after the previous call is ready.
+async fn timed_calls(
+    work: &Path,
+    name: &str,
+    wasm: &Path,
+    directory: &str,
+    policy: &str,
+    n: usize,
+) -> Result<crate::stats::Summary> {
+    let config = Config::parse(
+        &json!({"builtins": false, "prepare_instances": policy,
+            "plugins": [{"name": name, "path": wasm,
+            "grants": {"dirs": [{"path": ".", "mode": "ro"}]}}]})
+        .to_string(),
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    let host = WasmHost::load(&config, Some(work.join(format!("cache-{name}"))), None).await?;
+    let tool = host
+        .tools()
+        .into_iter()
+        .next()
+        .context("the template's tool")?;
+    let ctx = CallContext {
+        session_id: SessionId("ses_bench".into()),
+        message_id: MessageId("msg_bench".into()),
+        call_id: "c".into(),
+        agent: "build".into(),
+        directory: directory.to_string(),
+    };
+    let observer: Arc<dyn CallObserver> = Arc::new(Quiet);
+    let args = json!({"path": "words.txt"}).to_string();
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + n / 10 + 5 {
+        if i > 0 {
+            // The pause a model's answer makes between two calls (1 ms here),
+            // and with `always` until the next instance is ready.
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            let ready = Instant::now() + std::time::Duration::from_secs(10);
+            while policy == "always" && host.prepared_stats().made < i as u64 {
+                anyhow::ensure!(
+                    Instant::now() < ready,
+                    "no instance was made ahead of call {i}"
+                );
+                tokio::time::sleep(std::time::Duration::from_micros(200)).await;
+            }
+        }
+        let (out, t) = timed(host.execute(&tool, &ctx, &args, observer.clone())).await;
+        out.map_err(|e| anyhow::anyhow!("{name} tool call failed: {e}"))?;
+        if i >= n / 10 + 5 {
+            samples.push(t);
+        }
+    }
+    if policy == "always" {
+        let taken = host.prepared_stats().taken;
+        anyhow::ensure!(
+            taken == (n + n / 10 + 4) as u64,
+            "{name}: only {taken} calls took an instance made ahead"
+        );
+    }
+    Ok(summarize(&samples))
+}
+
 /// Build the template tool in each language and measure it over `n` calls.
 pub async fn languages(work: &Path, warden: &Path, n: usize) -> Result<Vec<Row>> {
     let project_dir = work.join("langs-project");
@@ -133,47 +198,31 @@ pub async fn languages(work: &Path, warden: &Path, n: usize) -> Result<Vec<Row>>
             &crate::floor::bare_instances(&sandbox.engine, &component, n, n / 10 + 5).await?,
         );
 
-        let config = Config::parse(
-            &json!({"builtins": false, "plugins": [{"name": name, "path": wasm,
-                "grants": {"dirs": [{"path": ".", "mode": "ro"}]}}]})
-            .to_string(),
-        )
-        .map_err(|e| anyhow::anyhow!(e))?;
-        let host = WasmHost::load(&config, Some(work.join(format!("cache-{name}"))), None).await?;
-        let tool = host
-            .tools()
-            .into_iter()
-            .next()
-            .context("the template's tool")?;
-        let ctx = CallContext {
-            session_id: SessionId("ses_bench".into()),
-            message_id: MessageId("msg_bench".into()),
-            call_id: "c".into(),
-            agent: "build".into(),
-            directory: std::fs::canonicalize(&project_dir)?.display().to_string(),
-        };
-        let observer: Arc<dyn CallObserver> = Arc::new(Quiet);
-        let args = json!({"path": "words.txt"}).to_string();
-        let mut samples = Vec::with_capacity(n);
-        for i in 0..n + n / 10 + 5 {
-            let (out, t) = timed(host.execute(&tool, &ctx, &args, observer.clone())).await;
-            out.map_err(|e| anyhow::anyhow!("{label} tool call failed: {e}"))?;
-            if i >= n / 10 + 5 {
-                samples.push(t);
-            }
-        }
-        let s = summarize(&samples);
-        let against = rust_median.map(|r: f64| s.median_us / r);
+        let directory = std::fs::canonicalize(&project_dir)?.display().to_string();
+        let never = timed_calls(work, &name, &wasm, &directory, "never", n).await?;
+        let ahead = timed_calls(work, &name, &wasm, &directory, "always", n).await?;
+        let against = rust_median.map(|(never, _): (f64, f64)| never);
+        let ahead_against = rust_median.map(|(_, ahead): (f64, f64)| ahead);
         let instance_against = rust_instance.map(|r: f64| instances.median_us / r);
         if lang == "rust" {
-            rust_median = Some(s.median_us);
+            rust_median = Some((never.median_us, ahead.median_us));
             rust_instance = Some(instances.median_us);
         }
         let call = timed_row(
-            format!("{label} tool call, fresh instance (1 KiB file)"),
-            &s,
+            format!(
+                "{label} tool call (1 KiB file), 1 ms after the last, fresh instance made on the call's path (prepare_instances: never)"
+            ),
+            &never,
             2,
-            against.map(|r| ("the Rust tool", r)),
+            against.map(|r| ("the Rust tool", never.median_us / r)),
+        );
+        let call_ahead = timed_row(
+            format!(
+                "{label} tool call (1 KiB file), 1 ms or more after the last, fresh instance made ahead in that pause (prepare_instances: always)"
+            ),
+            &ahead,
+            2,
+            ahead_against.map(|r| ("the Rust tool", ahead.median_us / r)),
         );
         rows.push(row(
             format!("{label} component: size · first compile · cached load"),
@@ -196,6 +245,7 @@ pub async fn languages(work: &Path, warden: &Path, n: usize) -> Result<Vec<Row>>
         );
         rows.push(instance);
         rows.push(call);
+        rows.push(call_ahead);
     }
     Ok(rows)
 }

@@ -70,6 +70,23 @@ pub struct Config {
     /// data dir's `ledger.db`.
     #[serde(default)]
     pub ledger: Option<String>,
+    /// Whether a plugin's next instance is made ahead of its call (`auto`,
+    /// the default: for plugins whose instantiation is slow, such as Python
+    /// ones; `always`; `never`). Each call still gets an instance nothing
+    /// has run in; see the runtime's `prepared` module.
+    #[serde(default)]
+    pub prepare_instances: PrepareInstances,
+}
+
+/// When the runtime makes a plugin's next instance before its call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrepareInstances {
+    /// For plugins whose last instantiation took longer than a small one's.
+    #[default]
+    Auto,
+    Always,
+    Never,
 }
 
 /// One MCP server: a local command warden starts, or a remote URL.

@@ -14,11 +14,12 @@ use warden_core::tool::{
 };
 use wasmtime::Store;
 
-use crate::bindings::{After, Before, HookGuest, RawOutput, ToolFailure};
+use crate::bindings::{After, Before, Instance, RawOutput, ToolFailure};
 use crate::builtin;
 use crate::engine::Sandbox;
 use crate::error::RuntimeError;
 use crate::plugin::{self, LoadedPlugin, PluginSource, Provides};
+use crate::prepared::{self, Prepared, PreparedStats, Spares};
 use crate::sandbox::{self, GuestState, Limits};
 
 /// Runs guests for the core.
@@ -29,6 +30,8 @@ pub struct WasmHost {
     skipped: Vec<(String, String)>,
     /// warden's own files, which no guest may open through any grant.
     protected: Arc<[PathBuf]>,
+    /// Instances made ahead of their calls.
+    spares: Arc<Spares>,
 }
 
 /// How many components were compiled and how many came from the cache.
@@ -153,6 +156,7 @@ impl WasmHost {
             by_name,
             skipped,
             protected: Vec::new().into(),
+            spares: Arc::new(Spares::new(config.prepare_instances)),
         })
     }
 
@@ -176,6 +180,7 @@ impl WasmHost {
             all.push(real);
         }
         self.protected = all.into();
+        self.spares.clear();
     }
 
     /// The paths [`WasmHost::protect`] keeps guests out of.
@@ -209,6 +214,11 @@ impl WasmHost {
         self.sandbox.pooling
     }
 
+    /// How many instances were made ahead of their calls, taken, and dropped unused.
+    pub fn prepared_stats(&self) -> PreparedStats {
+        self.spares.stats()
+    }
+
     /// Compilation counters for this process.
     pub fn compile_stats(&self) -> CompileStats {
         CompileStats {
@@ -226,11 +236,11 @@ impl WasmHost {
             })
     }
 
-    /// The plugin behind a hook, and its pre-instantiated component.
-    fn hook_plugin(&self, hook: &HookDef) -> Result<(&LoadedPlugin, &dyn HookGuest), GuestError> {
+    /// The plugin behind a hook.
+    fn hook_plugin(&self, hook: &HookDef) -> Result<&Arc<LoadedPlugin>, GuestError> {
         let plugin = self.plugin(&hook.guest.plugin)?;
         match &plugin.provides {
-            Provides::Hooks { guest, .. } => Ok((plugin, &**guest)),
+            Provides::Hooks { .. } => Ok(plugin),
             Provides::Tools { .. } => Err(GuestError::Unavailable {
                 guest: plugin.guest().to_string(),
                 message: "it is a tool plugin, not a hook plugin".into(),
@@ -238,31 +248,73 @@ impl WasmHost {
         }
     }
 
-    /// One guest call: a fresh store with the plugin's grants and limits in
-    /// the session's directory, `call` run in it within the time limit, and a
-    /// trap turned into the error that names its cause.
+    /// One guest call: a fresh instance of the plugin, in a store with its
+    /// grants and limits in the session's directory (made ahead of the call
+    /// when one is ready, see [`crate::prepared`]), `call` run on it within
+    /// the time limit, and a trap turned into the error that names its cause.
     async fn call_guest<T>(
         &self,
-        plugin: &LoadedPlugin,
+        plugin: &Arc<LoadedPlugin>,
         ctx: &CallContext,
         observer: Arc<dyn CallObserver>,
-        call: impl AsyncFnOnce(&mut Store<GuestState>) -> wasmtime::Result<T>,
+        call: impl AsyncFnOnce(&mut Store<GuestState>, &Instance) -> wasmtime::Result<T>,
     ) -> Result<(T, Option<String>), GuestError> {
         let limits = &plugin.limits;
-        let mut store = sandbox::store(
-            &self.sandbox.engine,
+        let resolved = sandbox::resolve(
             &plugin.name,
             &plugin.grants,
-            limits,
             Some(&ctx.directory),
-            Some(observer),
             &self.protected,
         )?;
-        let result = sandbox::run(&mut store, limits, &plugin.guest().to_string(), call).await;
+        let (mut store, ready) = match self.spares.take(&plugin.name, &ctx.directory, &resolved) {
+            Some(Prepared {
+                mut store,
+                instance,
+                ..
+            }) => {
+                sandbox::arm(&mut store, observer);
+                (store, Some(instance))
+            }
+            None => (
+                sandbox::store(
+                    &self.sandbox.engine,
+                    &plugin.name,
+                    &resolved,
+                    limits,
+                    Some(observer),
+                    &self.protected,
+                )?,
+                None,
+            ),
+        };
+        let result = sandbox::run(
+            &mut store,
+            limits,
+            &plugin.guest().to_string(),
+            async |store| {
+                let instance = match ready {
+                    Some(instance) => instance,
+                    None => plugin.instantiate(store).await?,
+                };
+                call(store, &instance).await
+            },
+        )
+        .await;
         // A guest that failed after the host refused it a path is told why,
         // and so is the model: the guest itself only saw `access denied`.
         let refusals = store.data().fs_refusals();
         let note = (!refusals.is_empty()).then(|| format!(" (the host {})", refusals.join("; ")));
+        self.spares.after_call(
+            plugin,
+            &ctx.directory,
+            &self.sandbox.engine,
+            &self.protected,
+        );
+        // Taking down a big instance (resetting the pages it wrote) is done
+        // off the call's path, like making one.
+        if plugin.instantiation_us() > prepared::SLOW_INSTANTIATION_US {
+            tokio::task::spawn_blocking(move || drop(store));
+        }
         match result {
             Err(GuestError::Trap { guest, message }) => Err(GuestError::Trap {
                 guest,
@@ -345,18 +397,18 @@ impl ToolHost for WasmHost {
     ) -> Result<ToolOutput, GuestError> {
         let plugin = self.plugin(&tool.guest.plugin)?;
         let (guest, limits) = (plugin.guest().to_string(), &plugin.limits);
-        let Provides::Tools {
-            guest: tool_guest, ..
-        } = &plugin.provides
-        else {
+        if !matches!(plugin.provides, Provides::Tools { .. }) {
             return Err(GuestError::Unavailable {
                 guest,
                 message: "it is a hook plugin, not a tool plugin".into(),
             });
-        };
+        }
         let (result, note) = self
-            .call_guest(plugin, ctx, observer, async |store| {
-                tool_guest.execute(store, ctx, &tool.id, arguments).await
+            .call_guest(plugin, ctx, observer, async |store, instance| {
+                instance
+                    .tool()?
+                    .execute(store, ctx, &tool.id, arguments)
+                    .await
             })
             .await?;
         let told = |m: String| capped(m, limits) + note.as_deref().unwrap_or("");
@@ -377,11 +429,11 @@ impl ToolHost for WasmHost {
         observer: Arc<dyn CallObserver>,
     ) -> Result<BeforeDecision, GuestError> {
         use Before as W;
-        let (plugin, hook_guest) = self.hook_plugin(hook)?;
+        let plugin = self.hook_plugin(hook)?;
         let (guest, limits) = (plugin.guest().to_string(), &plugin.limits);
         let (decision, _) = self
-            .call_guest(plugin, ctx, observer, async |store| {
-                hook_guest.before(store, ctx, tool, arguments).await
+            .call_guest(plugin, ctx, observer, async |store, instance| {
+                instance.hook()?.before(store, ctx, tool, arguments).await
             })
             .await?;
         let size = match &decision {
@@ -412,7 +464,7 @@ impl ToolHost for WasmHost {
         output: &ToolOutput,
         observer: Arc<dyn CallObserver>,
     ) -> Result<AfterDecision, GuestError> {
-        let (plugin, hook_guest) = self.hook_plugin(hook)?;
+        let plugin = self.hook_plugin(hook)?;
         let (guest, limits) = (plugin.guest().to_string(), &plugin.limits);
         let current = RawOutput {
             output: output.output.clone(),
@@ -420,8 +472,9 @@ impl ToolHost for WasmHost {
             metadata: output.metadata.to_string(),
         };
         let (decision, _) = self
-            .call_guest(plugin, ctx, observer, async |store| {
-                hook_guest
+            .call_guest(plugin, ctx, observer, async |store, instance| {
+                instance
+                    .hook()?
                     .after(store, ctx, tool, arguments, &current)
                     .await
             })

@@ -22,6 +22,7 @@ mod host_calls;
 pub mod net;
 pub mod plugin;
 pub mod plugin_dir;
+pub mod prepared;
 pub mod sandbox;
 
 pub use error::RuntimeError;

@@ -5,15 +5,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use serde_json::Value;
 use warden_core::config::{Grants, ToolSettings};
 use warden_core::tool::{GuestRef, HookDef, PatternSource, ToolDef};
 
-use crate::bindings::{self, HookGuest, ToolGuest, ToolSpec};
+use wasmtime::Store;
+
+use crate::bindings::{self, HookGuest, Instance, ToolGuest, ToolSpec};
 use crate::engine::{Sandbox, sha256_hex};
 use crate::error::RuntimeError;
-use crate::sandbox::{self, Limits, World};
+use crate::sandbox::{self, GuestState, Limits, World};
 
 /// The most tools one plugin may describe.
 pub const MAX_TOOLS: usize = 64;
@@ -46,6 +50,8 @@ pub struct LoadedPlugin {
     pub limits: Limits,
     pub size: usize,
     pub provides: Provides,
+    /// How long its last instantiation took, in µs.
+    instantiation_us: AtomicU64,
 }
 
 impl LoadedPlugin {
@@ -63,6 +69,23 @@ impl LoadedPlugin {
             Provides::Tools { tools, .. } => tools,
             Provides::Hooks { .. } => &[],
         }
+    }
+
+    /// A fresh instance of it in `store` (timed: see [`Self::instantiation_us`]).
+    pub async fn instantiate(&self, store: &mut Store<GuestState>) -> wasmtime::Result<Instance> {
+        let started = Instant::now();
+        let instance = match &self.provides {
+            Provides::Tools { guest, .. } => guest.instantiate(store).await?,
+            Provides::Hooks { guest, .. } => guest.instantiate(store).await?,
+        };
+        self.instantiation_us
+            .store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        Ok(instance)
+    }
+
+    /// How long its last instantiation took, in µs.
+    pub fn instantiation_us(&self) -> u64 {
+        self.instantiation_us.load(Ordering::Relaxed)
     }
 
     /// Its hook, if it is a hook plugin.
@@ -169,25 +192,20 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
     let mut store = sandbox::store(
         &sandbox.engine,
         &name,
-        &Grants {
-            dirs: Vec::new(),
-            env: Vec::new(),
-            hosts: Vec::new(),
-            ..src.grants.clone()
-        },
+        &sandbox::Resolved::nothing(),
         &offline,
-        None,
         None,
         &Vec::new().into(),
     )
     .map_err(|e| describe_err(e.to_string()))?;
+    let started = Instant::now();
     let provides = match world {
         World::Tool => {
             let tool = contract
                 .tool_guest(pre)
                 .map_err(|e| contract_err(format!("{e:#}")))?;
             let described = sandbox::run(&mut store, &limits, &guest.to_string(), async |store| {
-                tool.describe(store).await
+                tool.instantiate(store).await?.tool()?.describe(store).await
             })
             .await
             .map_err(|e| describe_err(e.to_string()))?;
@@ -203,7 +221,7 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
                 .hook_guest(pre)
                 .map_err(|e| contract_err(format!("{e:#}")))?;
             let spec = sandbox::run(&mut store, &limits, &guest.to_string(), async |store| {
-                hook.describe(store).await
+                hook.instantiate(store).await?.hook()?.describe(store).await
             })
             .await
             .map_err(|e| describe_err(e.to_string()))?;
@@ -240,6 +258,9 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
         limits,
         size: src.bytes.len(),
         provides,
+        // A first estimate, instantiation and self-description together;
+        // the first call's instantiation replaces it.
+        instantiation_us: AtomicU64::new(started.elapsed().as_micros() as u64),
     })
 }
 

@@ -41,6 +41,9 @@ pub struct GuestState {
     pub(crate) protected: Arc<[PathBuf]>,
     /// Why the file-system gate refused paths in this call (the first few).
     pub(crate) fs_refusals: Vec<String>,
+    /// When the call began, for its time limit (see [`arm`]).
+    started: Instant,
+    timeout: Duration,
 }
 
 impl WasiView for GuestState {
@@ -276,42 +279,80 @@ impl Limits {
     }
 }
 
-/// A fresh store for one call with exactly the plugin's grants. `directory`
-/// is the session's working directory (`.` in a directory grant).
+/// What a call's WASI context is made of, read from the host at one moment:
+/// each granted directory resolved to a host path (see [`resolve_dir`]) and
+/// each granted environment variable's value. Two calls that resolve alike
+/// may use stores made for one another (see `crate::prepared`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    dirs: Vec<(PathBuf, DirMode)>,
+    env: Vec<(String, String)>,
+}
+
+impl Resolved {
+    /// No directory and no environment (a plugin describing itself).
+    pub fn nothing() -> Resolved {
+        Resolved {
+            dirs: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+}
+
+/// Resolve `grants` for a call in `directory` (the session's working
+/// directory, `.` in a directory grant).
+pub fn resolve(
+    plugin: &str,
+    grants: &Grants,
+    directory: Option<&str>,
+    protected: &[PathBuf],
+) -> Result<Resolved, GuestError> {
+    let env = grants
+        .env
+        .iter()
+        .filter_map(|var| std::env::var(var).ok().map(|value| (var.clone(), value)))
+        .collect();
+    let dirs = grants
+        .dirs
+        .iter()
+        .map(|dir| {
+            resolve_dir(&dir.path, directory, protected)
+                .map(|host| (host, dir.mode))
+                .map_err(|message| GuestError::Unavailable {
+                    guest: format!("plugin {plugin}"),
+                    message,
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Resolved { dirs, env })
+}
+
+/// A fresh store for one call with exactly what `resolved` holds, and the
+/// plugin's limits. Its time limit starts now; [`arm`] restarts it.
 pub fn store(
     engine: &Engine,
     plugin: &Arc<str>,
-    grants: &Grants,
+    resolved: &Resolved,
     limits: &Limits,
-    directory: Option<&str>,
     observer: Option<Arc<dyn CallObserver>>,
     protected: &Arc<[PathBuf]>,
 ) -> Result<Store<GuestState>, GuestError> {
-    let guest = || format!("plugin {plugin}");
     let mut b = WasiCtxBuilder::new();
     // Blocking file I/O on the current thread is several times faster than
     // hopping to a blocking pool, and calls are bounded by their time limit.
     b.allow_blocking_current_thread(true);
-    for var in &grants.env {
-        if let Ok(value) = std::env::var(var) {
-            b.env(var, value);
-        }
+    for (var, value) in &resolved.env {
+        b.env(var, value);
     }
-    for dir in &grants.dirs {
-        let host = resolve_dir(&dir.path, directory, protected).map_err(|message| {
-            GuestError::Unavailable {
-                guest: guest(),
-                message,
-            }
-        })?;
-        let perms = match dir.mode {
+    for (host, mode) in &resolved.dirs {
+        let perms = match mode {
             DirMode::ReadOnly => FsPerms::ReadOnly,
             DirMode::ReadWrite => FsPerms::ReadWrite,
         };
         let guest_path = host.to_string_lossy().into_owned();
-        b.preopened_dir(&host, &guest_path, perms)
+        b.preopened_dir(host, &guest_path, perms)
             .map_err(|e| GuestError::Unavailable {
-                guest: guest(),
+                guest: format!("plugin {plugin}"),
                 message: format!("cannot open the granted directory {}: {e}", host.display()),
             })?;
     }
@@ -346,19 +387,19 @@ pub fn store(
         meter: Meter::default(),
         protected: protected.clone(),
         fs_refusals: Vec::new(),
+        started: Instant::now(),
+        timeout: limits.timeout,
     };
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.limits);
-    let started = Instant::now();
-    let timeout = limits.timeout;
     store.set_epoch_deadline(1);
     // A guest that has run for a while yields to the async runtime at every
     // tick, so a busy one never starves other sessions; a short call runs to
     // its end (yielding it would only queue it behind every other task);
     // past its time limit it is interrupted.
-    store.epoch_deadline_callback(move |_| {
-        let ran = started.elapsed();
-        if ran >= timeout {
+    store.epoch_deadline_callback(|s| {
+        let ran = s.data().started.elapsed();
+        if ran >= s.data().timeout {
             Ok(UpdateDeadline::Interrupt)
         } else if ran >= RUN_BEFORE_YIELDING {
             Ok(UpdateDeadline::Yield(1))
@@ -367,6 +408,16 @@ pub fn store(
         }
     });
     Ok(store)
+}
+
+/// Hand a store made ahead of its call to that call: its time limit starts
+/// now, and progress, questions and HTTP verdicts go to `observer`.
+pub fn arm(store: &mut Store<GuestState>, observer: Arc<dyn CallObserver>) {
+    let state = store.data_mut();
+    state.started = Instant::now();
+    state.gate.observer = Some(observer.clone());
+    state.observer = Some(observer);
+    store.set_epoch_deadline(1);
 }
 
 /// A granted directory as a host path, resolved through every link before

@@ -86,10 +86,51 @@ pub enum LogLevel {
     Error,
 }
 
-/// A tool plugin, pre-instantiated: each call instantiates it afresh in the
-/// store it is given.
+/// A tool plugin, pre-instantiated: linked once at load, instantiated afresh
+/// for each call in the store it is given.
 #[async_trait::async_trait]
 pub trait ToolGuest: Send + Sync {
+    async fn instantiate(&self, store: &mut Store<GuestState>) -> wasmtime::Result<Instance>;
+}
+
+/// A hook plugin, pre-instantiated.
+#[async_trait::async_trait]
+pub trait HookGuest: Send + Sync {
+    async fn instantiate(&self, store: &mut Store<GuestState>) -> wasmtime::Result<Instance>;
+}
+
+/// A fresh instance of a plugin in one store, ready for the one call it
+/// serves (its store is dropped after it).
+pub enum Instance {
+    Tool(Box<dyn ToolInstance>),
+    Hook(Box<dyn HookInstance>),
+}
+
+impl Instance {
+    /// The tool side of it, or an error naming what it is instead.
+    pub fn tool(&self) -> wasmtime::Result<&dyn ToolInstance> {
+        match self {
+            Instance::Tool(t) => Ok(&**t),
+            Instance::Hook(_) => Err(wasmtime::format_err!(
+                "it is a hook plugin, not a tool plugin"
+            )),
+        }
+    }
+
+    /// The hook side of it, or an error naming what it is instead.
+    pub fn hook(&self) -> wasmtime::Result<&dyn HookInstance> {
+        match self {
+            Instance::Hook(h) => Ok(&**h),
+            Instance::Tool(_) => Err(wasmtime::format_err!(
+                "it is a tool plugin, not a hook plugin"
+            )),
+        }
+    }
+}
+
+/// A tool plugin's instance.
+#[async_trait::async_trait]
+pub trait ToolInstance: Send + Sync {
     async fn describe(&self, store: &mut Store<GuestState>) -> wasmtime::Result<Vec<ToolSpec>>;
     async fn execute(
         &self,
@@ -100,9 +141,9 @@ pub trait ToolGuest: Send + Sync {
     ) -> wasmtime::Result<Result<RawOutput, ToolFailure>>;
 }
 
-/// A hook plugin, pre-instantiated.
+/// A hook plugin's instance.
 #[async_trait::async_trait]
-pub trait HookGuest: Send + Sync {
+pub trait HookInstance: Send + Sync {
     async fn describe(&self, store: &mut Store<GuestState>) -> wasmtime::Result<HookSpec>;
     async fn before(
         &self,

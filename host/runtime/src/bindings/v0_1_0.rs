@@ -7,7 +7,7 @@ use warden_core::tool::CallContext;
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, InstancePre, Linker};
 
-use super::{After, Before, HookSpec, LogLevel, RawOutput, ToolFailure, ToolSpec, World};
+use super::{After, Before, HookSpec, Instance, LogLevel, RawOutput, ToolFailure, ToolSpec, World};
 use crate::sandbox::GuestState;
 
 mod tool {
@@ -82,6 +82,8 @@ impl super::Contract for V0_1_0 {
 
 struct ToolPre(tool::ToolPluginPre<GuestState>);
 struct HookPre(hook::HookPluginPre<GuestState>);
+struct ToolInstance(tool::ToolPlugin);
+struct HookInstance(hook::HookPlugin);
 
 fn context(ctx: &CallContext) -> types::CallContext {
     types::CallContext {
@@ -103,9 +105,25 @@ fn from_output(o: types::ToolOutput) -> RawOutput {
 
 #[async_trait::async_trait]
 impl super::ToolGuest for ToolPre {
-    async fn describe(&self, store: &mut Store<GuestState>) -> wasmtime::Result<Vec<ToolSpec>> {
+    async fn instantiate(&self, store: &mut Store<GuestState>) -> wasmtime::Result<Instance> {
         let instance = self.0.instantiate_async(&mut *store).await?;
-        let specs = instance
+        Ok(Instance::Tool(Box::new(ToolInstance(instance))))
+    }
+}
+
+#[async_trait::async_trait]
+impl super::HookGuest for HookPre {
+    async fn instantiate(&self, store: &mut Store<GuestState>) -> wasmtime::Result<Instance> {
+        let instance = self.0.instantiate_async(&mut *store).await?;
+        Ok(Instance::Hook(Box::new(HookInstance(instance))))
+    }
+}
+
+#[async_trait::async_trait]
+impl super::ToolInstance for ToolInstance {
+    async fn describe(&self, store: &mut Store<GuestState>) -> wasmtime::Result<Vec<ToolSpec>> {
+        let specs = self
+            .0
             .warden_plugin_tool()
             .call_describe(&mut *store)
             .await?;
@@ -126,8 +144,8 @@ impl super::ToolGuest for ToolPre {
         tool: &str,
         arguments: &str,
     ) -> wasmtime::Result<Result<RawOutput, ToolFailure>> {
-        let instance = self.0.instantiate_async(&mut *store).await?;
-        let result = instance
+        let result = self
+            .0
             .warden_plugin_tool()
             .call_execute(&mut *store, &context(ctx), tool, arguments)
             .await?;
@@ -141,10 +159,10 @@ impl super::ToolGuest for ToolPre {
 }
 
 #[async_trait::async_trait]
-impl super::HookGuest for HookPre {
+impl super::HookInstance for HookInstance {
     async fn describe(&self, store: &mut Store<GuestState>) -> wasmtime::Result<HookSpec> {
-        let instance = self.0.instantiate_async(&mut *store).await?;
-        let spec = instance
+        let spec = self
+            .0
             .warden_plugin_hooks()
             .call_describe(&mut *store)
             .await?;
@@ -161,8 +179,8 @@ impl super::HookGuest for HookPre {
         tool: &str,
         arguments: &str,
     ) -> wasmtime::Result<Before> {
-        let instance = self.0.instantiate_async(&mut *store).await?;
-        let decision = instance
+        let decision = self
+            .0
             .warden_plugin_hooks()
             .call_before(&mut *store, &context(ctx), tool, arguments)
             .await?;
@@ -182,13 +200,13 @@ impl super::HookGuest for HookPre {
         arguments: &str,
         output: &RawOutput,
     ) -> wasmtime::Result<After> {
-        let instance = self.0.instantiate_async(&mut *store).await?;
         let current = types::ToolOutput {
             output: output.output.clone(),
             title: output.title.clone(),
             metadata: output.metadata.clone(),
         };
-        let decision = instance
+        let decision = self
+            .0
             .warden_plugin_hooks()
             .call_after(&mut *store, &context(ctx), tool, arguments, &current)
             .await?;
