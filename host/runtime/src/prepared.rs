@@ -22,13 +22,14 @@
 //!
 //! Each holds a pool slot and the memory its instantiation wrote, so there
 //! are at most [`MAX_PREPARED`], one per plugin and directory, each dropped
-//! after [`IDLE`] unused.
+//! after [`IDLE`] unused; when that many are kept, no more are made (see
+//! [`Spares::after_call`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use warden_core::config::PrepareInstances;
 use wasmtime::{Engine, Store};
@@ -59,14 +60,13 @@ enum Slot {
     Ready {
         prepared: Box<Prepared>,
         id: u64,
-        made: Instant,
     },
 }
 
 type Key = (Arc<str>, String);
 
 /// How many prepared instances were made, taken by a call, and dropped
-/// unused (grants resolved differently, idle too long, or evicted).
+/// unused (grants resolved differently, or idle too long).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PreparedStats {
     pub made: u64,
@@ -155,9 +155,11 @@ impl Spares {
     }
 
     /// After a call of `plugin` in `directory`: start making the next
-    /// instance for the same, unless one is ready or being made, or the
-    /// policy says no. At most [`MAX_PREPARED`] are kept: the oldest ready
-    /// one makes room; when all are being made, none is started.
+    /// instance for the same, unless one is ready or being made, the policy
+    /// says no, or [`MAX_PREPARED`] are already kept. None is dropped to make
+    /// room: with more directories in play than that (many sessions at
+    /// once), each would be dropped before its call, and making it would be
+    /// wasted work.
     pub fn after_call(
         self: &Arc<Self>,
         plugin: &Arc<LoadedPlugin>,
@@ -172,22 +174,8 @@ impl Spares {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         {
             let mut slots = self.slots();
-            if slots.contains_key(&key) {
+            if slots.contains_key(&key) || slots.len() >= MAX_PREPARED {
                 return;
-            }
-            if slots.len() >= MAX_PREPARED {
-                let oldest = slots
-                    .iter()
-                    .filter_map(|(k, s)| match s {
-                        Slot::Ready { made, .. } => Some((*made, k.clone())),
-                        Slot::Making => None,
-                    })
-                    .min();
-                let Some((_, oldest)) = oldest else {
-                    return;
-                };
-                slots.remove(&oldest);
-                self.dropped.fetch_add(1, Ordering::Relaxed);
             }
             slots.insert(key.clone(), Slot::Making);
         }
@@ -213,7 +201,6 @@ impl Spares {
                             Slot::Ready {
                                 prepared: Box::new(prepared),
                                 id,
-                                made: Instant::now(),
                             },
                         );
                     }
