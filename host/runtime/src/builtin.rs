@@ -9,24 +9,32 @@
 //! They also come compiled: `build.rs` compiles each one on the runtime's
 //! default engine settings, so a first run on a fresh data dir starts as
 //! fast as a warm one. An artifact is used only when it is bound to the
-//! component being loaded (its sha256), is intact (its own sha256, kept
-//! beside it in the binary) and was made for this engine (the fingerprint
-//! of its settings); otherwise the component is compiled as any plugin is.
+//! component being loaded (its sha256) and was made for this engine (the
+//! fingerprint of its settings); otherwise the component is compiled as any
+//! plugin is. Its code runs where it lies in the binary (`code_in_place`):
+//! neither it nor the component is read whole at start, so both hashes
+//! were taken at build time, and a test checks that each artifact still
+//! matches the digest recorded beside it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use sha2::{Digest, Sha256};
 use warden_core::config::{DirGrant, DirMode, Grants, ToolSettings};
 use wasmtime::component::Component;
 
 use crate::engine::Sandbox;
+
+/// A page-aligned static (the artifacts' code runs in place).
+#[repr(C, align(4096))]
+struct Aligned<T: ?Sized>(T);
 
 include!(concat!(env!("OUT_DIR"), "/precompiled.rs"));
 
 /// One embedded plugin.
 pub struct Builtin {
     pub name: &'static str,
+    /// Its component file, as the build named it.
+    pub file: &'static str,
     pub bytes: &'static [u8],
     /// How the rules see its tools.
     pub tools: fn() -> BTreeMap<String, ToolSettings>,
@@ -48,6 +56,7 @@ pub fn all() -> Vec<Builtin> {
     vec![
         Builtin {
             name: "read",
+            file: "warden_tool_read.wasm",
             bytes: component!("warden_tool_read.wasm"),
             tools: || settings("read", "read", "filePath"),
             grants: || working_dir(DirMode::ReadOnly),
@@ -55,6 +64,7 @@ pub fn all() -> Vec<Builtin> {
         },
         Builtin {
             name: "write",
+            file: "warden_tool_write.wasm",
             bytes: component!("warden_tool_write.wasm"),
             tools: || settings("write", "edit", "filePath"),
             grants: || working_dir(DirMode::ReadWrite),
@@ -62,6 +72,7 @@ pub fn all() -> Vec<Builtin> {
         },
         Builtin {
             name: "edit",
+            file: "warden_tool_edit.wasm",
             bytes: component!("warden_tool_edit.wasm"),
             tools: || settings("edit", "edit", "filePath"),
             grants: || working_dir(DirMode::ReadWrite),
@@ -69,6 +80,7 @@ pub fn all() -> Vec<Builtin> {
         },
         Builtin {
             name: "list",
+            file: "warden_tool_list.wasm",
             bytes: component!("warden_tool_list.wasm"),
             tools: || settings("list", "list", "path"),
             grants: || working_dir(DirMode::ReadOnly),
@@ -76,6 +88,7 @@ pub fn all() -> Vec<Builtin> {
         },
         Builtin {
             name: "glob",
+            file: "warden_tool_glob.wasm",
             bytes: component!("warden_tool_glob.wasm"),
             tools: || settings("glob", "glob", "path"),
             grants: || working_dir(DirMode::ReadOnly),
@@ -83,6 +96,7 @@ pub fn all() -> Vec<Builtin> {
         },
         Builtin {
             name: "grep",
+            file: "warden_tool_grep.wasm",
             bytes: component!("warden_tool_grep.wasm"),
             tools: || settings("grep", "grep", "path"),
             grants: || working_dir(DirMode::ReadOnly),
@@ -90,6 +104,7 @@ pub fn all() -> Vec<Builtin> {
         },
         Builtin {
             name: "webfetch",
+            file: "warden_tool_webfetch.wasm",
             bytes: component!("warden_tool_webfetch.wasm"),
             tools: || {
                 BTreeMap::from([(
@@ -142,11 +157,20 @@ pub fn plugin_dir() -> &'static str {
     env!("WARDEN_PLUGIN_DIR")
 }
 
+/// The sha256 of the built-in component in `file`, as the build computed
+/// it (`None` when the build could not precompile the built-ins).
+pub fn component_sha256(file: &str) -> Option<&'static str> {
+    PRECOMPILED
+        .iter()
+        .find(|(f, ..)| *f == file)
+        .map(|(_, _, component, _, _)| *component)
+}
+
 /// The built-in component whose sha256 is `component_hash`, compiled at
-/// build time, when its artifact checks out for `sandbox`'s engine; `None`
-/// (compile it) otherwise. Counted as a cache hit.
+/// build time, when its artifact was made for `sandbox`'s engine; `None`
+/// otherwise (the caller compiles it).
 pub fn precompiled(sandbox: &Sandbox, component_hash: &str) -> Option<Component> {
-    let (file, artifact, _, artifact_hash, engine_fingerprint) = PRECOMPILED
+    let (file, artifact, _, _, engine_fingerprint) = PRECOMPILED
         .iter()
         .find(|(_, _, component, _, _)| component.eq_ignore_ascii_case(component_hash))?;
     if crate::engine_settings::fingerprint(&sandbox.engine) != *engine_fingerprint {
@@ -157,21 +181,14 @@ pub fn precompiled(sandbox: &Sandbox, component_hash: &str) -> Option<Component>
         );
         return None;
     }
-    if hex::encode(Sha256::digest(artifact)) != *artifact_hash {
-        tracing::warn!(
-            file,
-            "built-in artifact does not match its digest; compiling instead"
-        );
-        return None;
-    }
     // SAFETY: deserialising runs the artifact's native code later. It was
     // made by build.rs with this wasmtime version from exactly this
-    // component (sha256 checked above against the bytes being loaded), it
-    // matches the digest recorded beside it in the same binary, and it was
-    // made for these engine settings (fingerprint checked above); wasmtime
-    // checks its header against the engine as well.
+    // component (its sha256, recorded at build time beside it), for these
+    // engine settings (fingerprint checked above), and is part of this
+    // binary's read-only data; wasmtime checks its header against the
+    // engine as well.
     #[allow(unsafe_code)]
-    let component = unsafe { Component::deserialize(&sandbox.engine, artifact) };
+    let component = unsafe { crate::code_in_place::deserialize(&sandbox.engine, artifact) };
     match component {
         Ok(c) => {
             sandbox.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
@@ -186,6 +203,8 @@ pub fn precompiled(sandbox: &Sandbox, component_hash: &str) -> Option<Component>
 
 #[cfg(test)]
 mod tests {
+    use sha2::{Digest, Sha256};
+
     use super::*;
 
     #[test]
@@ -206,6 +225,74 @@ mod tests {
         );
         // A component it was not made from gets none.
         assert!(precompiled(&sandbox, &"0".repeat(64)).is_none());
+    }
+
+    /// What is no longer checked at every start: each artifact and each
+    /// component still match the digests the build recorded for them.
+    #[test]
+    fn every_artifact_and_component_matches_its_recorded_digest() {
+        for b in all() {
+            assert_eq!(
+                component_sha256(b.file),
+                Some(crate::engine::sha256_hex(b.bytes).as_str()),
+                "{}",
+                b.name
+            );
+        }
+        assert_eq!(PRECOMPILED.len(), all().len());
+        for (file, artifact, _, artifact_hash, _) in PRECOMPILED {
+            assert_eq!(
+                hex::encode(Sha256::digest(artifact)),
+                *artifact_hash,
+                "{file}"
+            );
+            assert_eq!(
+                artifact.as_ptr() as usize % 4096,
+                0,
+                "{file} is not page-aligned"
+            );
+        }
+    }
+
+    /// The built-ins load from their artifacts (in place, where supported),
+    /// none compiled, and run: a real `read` call.
+    #[tokio::test]
+    async fn a_builtin_loaded_from_its_artifact_runs() {
+        use std::sync::Arc;
+        use warden_core::tool::{CallContext, CallObserver, ToolHost};
+
+        struct Quiet;
+        #[async_trait::async_trait]
+        impl CallObserver for Quiet {
+            fn progress(&self, _: Option<String>, _: serde_json::Value) {}
+            async fn ask(
+                &self,
+                _: String,
+                _: Vec<String>,
+                _: serde_json::Value,
+            ) -> Result<(), String> {
+                Err("nobody".into())
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "alpha\n").unwrap();
+        let host = crate::WasmHost::load(&warden_core::Config::default(), None, None)
+            .await
+            .unwrap();
+        assert_eq!(host.compile_stats().compiled, 0);
+        let read = host.tools().into_iter().find(|t| t.id == "read").unwrap();
+        let ctx = CallContext {
+            session_id: "ses_a".into(),
+            message_id: "msg_a".into(),
+            call_id: "c".into(),
+            agent: "build".into(),
+            directory: dir.path().display().to_string(),
+        };
+        let out = host
+            .execute(&read, &ctx, r#"{"filePath": "a.txt"}"#, Arc::new(Quiet))
+            .await
+            .unwrap();
+        assert!(out.output.contains("alpha"), "{}", out.output);
     }
 
     #[test]

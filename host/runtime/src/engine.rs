@@ -50,13 +50,18 @@ impl Sandbox {
     /// compiled cache in `cache_dir` (none when `None`).
     pub fn new(max_memory_mb: u64, cache_dir: Option<PathBuf>) -> Result<Sandbox, RuntimeError> {
         let max_memory = (max_memory_mb.max(1) << 20) as usize;
-        let (engine, pooling) = match Engine::new(&engine_settings::config(Some(max_memory))) {
+        let settings = |pool| {
+            let mut c = engine_settings::config(pool);
+            crate::code_in_place::configure(&mut c);
+            c
+        };
+        let (engine, pooling) = match Engine::new(&settings(Some(max_memory))) {
             Ok(e) => (e, true),
             Err(e) => {
                 // Some machines refuse the pool's address-space reservation; on-demand still works.
                 tracing::warn!(error = %e, "pooling allocator unavailable, allocating guests on demand");
                 (
-                    Engine::new(&engine_settings::config(None))
+                    Engine::new(&settings(None))
                         .map_err(|e| RuntimeError::Engine(e.to_string()))?,
                     false,
                 )

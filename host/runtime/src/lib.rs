@@ -12,6 +12,7 @@ mod bindings;
 pub mod budget;
 pub mod builtin;
 pub mod cache;
+mod code_in_place;
 pub mod engine;
 mod engine_settings;
 pub mod error;

@@ -104,6 +104,9 @@ pub struct PluginSource<'a> {
     pub path: Option<PathBuf>,
     pub builtin: bool,
     pub sha256: Option<&'a str>,
+    /// Its sha256 when already known (a built-in's, from the build), so
+    /// its bytes need not be read to name it.
+    pub known_sha256: Option<&'a str>,
     pub grants: Grants,
     pub tools: &'a BTreeMap<String, ToolSettings>,
     pub fail_open: bool,
@@ -112,7 +115,9 @@ pub struct PluginSource<'a> {
 /// Load one plugin.
 pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlugin, RuntimeError> {
     let name: Arc<str> = src.name.into();
-    let hash = sha256_hex(src.bytes);
+    let hash = src
+        .known_sha256
+        .map_or_else(|| sha256_hex(src.bytes), str::to_string);
     if let Some(expected) = src.sha256
         && !expected.eq_ignore_ascii_case(&hash)
     {
