@@ -101,7 +101,15 @@ fn main() {
     println!("cargo:rustc-env=WARDEN_PLUGIN_DIR={}", out.display());
 
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let entries = match precompile(&out, &out_dir) {
+    // The built-ins are embedded from copies made here, from which their
+    // hashes and artifacts are made too: the bytes embedded and the hashes
+    // recorded for them always come from the same copy, however the files
+    // in target/plugins change afterwards.
+    for file in BUILTINS {
+        std::fs::copy(out.join(file), out_dir.join(file))
+            .unwrap_or_else(|e| panic!("cannot copy the built-in {file} into OUT_DIR: {e}"));
+    }
+    let entries = match precompile(&out_dir, &out_dir) {
         Ok(entries) => entries,
         Err(e) => {
             println!(

@@ -236,6 +236,40 @@ async fn a_prepared_instance_whose_grants_now_resolve_elsewhere_is_dropped() {
     assert_eq!(host.prepared_stats().taken, 1);
 }
 
+/// A granted directory removed and made again under the same path is a new
+/// directory: the instance made with the old one open is not used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepared_instance_whose_directory_was_replaced_is_dropped() {
+    let env = Env::new();
+    let dir = env.project();
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("f.txt"), "old").unwrap();
+    let host = host(
+        &env,
+        "always",
+        json!({"dirs": [{"path": "data", "mode": "ro"}]}),
+    )
+    .await;
+    let read = tool(&host, "read_path");
+    let path = json!({"path": data.join("f.txt").display().to_string()});
+    assert_eq!(
+        call(&host, &read, &ctx(&dir, "1"), path.clone()).await,
+        Ok("old".into())
+    );
+    made(&host, 1).await;
+
+    std::fs::remove_dir_all(&data).unwrap();
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("f.txt"), "new").unwrap();
+    assert_eq!(
+        call(&host, &read, &ctx(&dir, "2"), path).await,
+        Ok("new".into())
+    );
+    let stats = host.prepared_stats();
+    assert_eq!((stats.taken, stats.dropped), (0, 1));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_most_a_bounded_number_are_kept_and_never_means_none() {
     let env = Env::new();

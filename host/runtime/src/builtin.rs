@@ -44,10 +44,11 @@ pub struct Builtin {
     pub needs_hosts: bool,
 }
 
-/// An embedded component built by `build.rs`.
+/// An embedded component, as `build.rs` copied it (and hashed and compiled
+/// that copy).
 macro_rules! component {
     ($file:literal) => {
-        include_bytes!(concat!(env!("WARDEN_PLUGIN_DIR"), "/", $file))
+        include_bytes!(concat!(env!("OUT_DIR"), "/", $file))
     };
 }
 

@@ -9,9 +9,10 @@
 //! the engine reads or a call runs are ever loaded.
 //!
 //! wasmtime then asks this module to make the code executable. The static
-//! lives in the binary's read-only data and is never writable, so the
+//! lives in the binary's read-only data and is never made writable: the
 //! `mprotect` here makes its text read+execute, and JIT-compiled code
-//! (which wasmtime has already made read-only) read+execute likewise.
+//! (which wasmtime has already made read-only) read+execute likewise, and
+//! nothing is ever turned back (see `unpublish_executable`).
 //!
 //! x86_64 Linux only: other targets need instruction-cache maintenance
 //! this module does not do, so there the artifact is copied as before.
@@ -41,8 +42,14 @@ impl CustomCodeMemory for InPlace {
         protect(ptr, len, libc::PROT_READ | libc::PROT_EXEC)
     }
 
-    fn unpublish_executable(&self, ptr: *const u8, len: usize) -> wasmtime::Result<()> {
-        protect(ptr, len, libc::PROT_READ | libc::PROT_WRITE)
+    /// Nothing: wasmtime calls this when code memory is dropped, and an
+    /// embedded artifact's text is shared by every component loaded from it
+    /// in the process, so it stays executable (and never becomes writable)
+    /// for as long as the process runs. Memory wasmtime owns is unmapped
+    /// after this anyway. (wasmtime also calls it to patch code for guest
+    /// debugging, which warden does not enable.)
+    fn unpublish_executable(&self, _ptr: *const u8, _len: usize) -> wasmtime::Result<()> {
+        Ok(())
     }
 }
 

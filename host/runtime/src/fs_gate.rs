@@ -124,6 +124,37 @@ pub fn add_to_linker(l: &mut Linker<GuestState>) -> wasmtime::Result<()> {
             })
         },
     )?;
+    // Creating a directory or a link makes something new; only an instance
+    // made ahead of its call is refused these (see `fs_check`).
+    i.func_wrap_async(
+        "[method]descriptor.create-directory-at",
+        |mut store: StoreContextMut<'_, GuestState>, (fd, path): (Resource<Descriptor>, String)| {
+            Box::new(async move {
+                let s = store.data_mut();
+                if let Err(code) = s.fs_check(&fd, &path, Use::Create, PathFlags::empty()) {
+                    return Ok((Err(code),));
+                }
+                let mut v = s.filesystem();
+                let r = HostDescriptor::create_directory_at(&mut v, fd, path).await;
+                Ok((lower(&mut v, r)?,))
+            })
+        },
+    )?;
+    i.func_wrap_async(
+        "[method]descriptor.symlink-at",
+        |mut store: StoreContextMut<'_, GuestState>,
+         (fd, old, new): (Resource<Descriptor>, String, String)| {
+            Box::new(async move {
+                let s = store.data_mut();
+                if let Err(code) = s.fs_check(&fd, &new, Use::Create, PathFlags::empty()) {
+                    return Ok((Err(code),));
+                }
+                let mut v = s.filesystem();
+                let r = HostDescriptor::symlink_at(&mut v, fd, old, new).await;
+                Ok((lower(&mut v, r)?,))
+            })
+        },
+    )?;
     l.allow_shadowing(false);
     Ok(())
 }
@@ -145,6 +176,8 @@ fn lower<T>(
 enum Use {
     Open,
     Change,
+    /// Make a new directory or link (checked only while made ahead).
+    Create,
 }
 
 impl GuestState {
@@ -157,7 +190,14 @@ impl GuestState {
         what: Use,
         flags: PathFlags,
     ) -> Result<(), ErrorCode> {
-        if what == Use::Change && self.protected.is_empty() {
+        if self.preparing {
+            self.tripped = true;
+            return Err(self.refuse(
+                path,
+                "the instance is being made ahead of its call, and no call has been allowed yet",
+            ));
+        }
+        if what == Use::Create || (what == Use::Change && self.protected.is_empty()) {
             return Ok(());
         }
         // A descriptor that is not a directory is refused by wasmtime itself.

@@ -114,6 +114,10 @@ pub struct HttpGate {
     pub allowed: Arc<[HostPattern]>,
     /// Who checks each request against the call's rules (none while loading).
     pub observer: Option<Arc<dyn CallObserver>>,
+    /// The instance is being made ahead of its call: every request is refused.
+    pub preparing: bool,
+    /// A request was refused for that.
+    pub tripped: bool,
 }
 
 impl HttpGate {
@@ -153,7 +157,15 @@ impl WasiHttpHooks for HttpGate {
             > + Send,
     > {
         _ = fut;
-        let verdict = self.check(request.uri());
+        let verdict = if self.preparing {
+            self.tripped = true;
+            Err(format!(
+                "plugin {} made a request while its instance was being made ahead of a call, before any call was allowed",
+                self.plugin
+            ))
+        } else {
+            self.check(request.uri())
+        };
         let plugin = self.plugin.clone();
         let observer = self.observer.clone();
         Box::new(async move {
@@ -186,7 +198,31 @@ mod tests {
                 .map(|e| HostPattern::parse(e).unwrap())
                 .collect(),
             observer: None,
+            preparing: false,
+            tripped: false,
         }
+    }
+
+    /// While an instance is made ahead of its call, no request leaves, even
+    /// to a granted host, and the gate remembers one was tried.
+    #[tokio::test]
+    async fn a_request_while_preparing_is_refused_and_remembered() {
+        let mut g = gate(&["http://127.0.0.1:9"]);
+        g.preparing = true;
+        let request = http::Request::builder()
+            .uri("http://127.0.0.1:9/")
+            .body(
+                http_body_util::Empty::new()
+                    .map_err(|never: std::convert::Infallible| match never {})
+                    .boxed_unsync(),
+            )
+            .unwrap();
+        let answer = Box::into_pin(g.send_request(request, None, Box::new(async { Ok(()) }))).await;
+        let Err(e) = answer else {
+            panic!("the request left");
+        };
+        assert!(format!("{e:?}").contains("Denied"), "{e:?}");
+        assert!(g.tripped);
     }
 
     #[test]

@@ -18,7 +18,12 @@
 //!   environment values); otherwise it is dropped and the call makes its
 //!   own;
 //! - its time limit and its observer (progress, questions, HTTP verdicts)
-//!   are the call's, set when the call takes it ([`sandbox::arm`]).
+//!   are the call's, set when the call takes it ([`sandbox::arm`]);
+//! - while it is made, no call has been allowed yet, so it may not reach
+//!   anything: every file it opens, removes, renames or links, every
+//!   directory or link it creates and every HTTP request is refused. One
+//!   whose instantiation tries is dropped, and its plugin is not made
+//!   ahead again: its calls make their own, after their permission check.
 //!
 //! Each holds a pool slot and the memory its instantiation wrote, so there
 //! are at most [`MAX_PREPARED`], one per plugin and directory, each dropped
@@ -55,8 +60,8 @@ pub struct Prepared {
 }
 
 enum Slot {
-    /// Being made by a background task.
-    Making,
+    /// Being made by the background task with this id.
+    Making(u64),
     Ready {
         prepared: Box<Prepared>,
         id: u64,
@@ -66,7 +71,8 @@ enum Slot {
 type Key = (Arc<str>, String);
 
 /// How many prepared instances were made, taken by a call, and dropped
-/// unused (grants resolved differently, or idle too long).
+/// unused (grants resolved differently, idle too long, or its
+/// instantiation reached for a file or the network).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PreparedStats {
     pub made: u64,
@@ -78,6 +84,8 @@ pub struct PreparedStats {
 pub struct Spares {
     policy: PrepareInstances,
     slots: Mutex<HashMap<Key, Slot>>,
+    /// Plugins whose instantiation reached for a file or the network.
+    unpreparable: Mutex<Vec<Arc<str>>>,
     next_id: AtomicU64,
     made: AtomicU64,
     taken: AtomicU64,
@@ -89,6 +97,7 @@ impl Spares {
         Spares {
             policy,
             slots: Mutex::new(HashMap::new()),
+            unpreparable: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
             made: AtomicU64::new(0),
             taken: AtomicU64::new(0),
@@ -139,6 +148,7 @@ impl Spares {
         };
         if prepared.resolved != *resolved {
             self.dropped.fetch_add(1, Ordering::Relaxed);
+            drop_off_path(prepared.store);
             return None;
         }
         self.taken.fetch_add(1, Ordering::Relaxed);
@@ -147,6 +157,14 @@ impl Spares {
 
     /// Whether `plugin`'s next instance should be made ahead.
     fn wanted(&self, plugin: &LoadedPlugin) -> bool {
+        if self
+            .unpreparable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&plugin.name)
+        {
+            return false;
+        }
         match self.policy {
             PrepareInstances::Never => false,
             PrepareInstances::Always => true,
@@ -177,7 +195,7 @@ impl Spares {
             if slots.contains_key(&key) || slots.len() >= MAX_PREPARED {
                 return;
             }
-            slots.insert(key.clone(), Slot::Making);
+            slots.insert(key.clone(), Slot::Making(id));
         }
         let (spares, plugin, engine, protected) = (
             self.clone(),
@@ -187,37 +205,68 @@ impl Spares {
         );
         tokio::spawn(async move {
             let made = make(&plugin, &key.1, &engine, &protected).await;
-            {
+            if made.as_ref().is_some_and(|p| p.store.data().tripped()) {
+                // Its instantiation reached for a file or the network
+                // before any call was allowed: never made ahead again.
+                spares
+                    .unpreparable
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(plugin.name.clone());
+            }
+            let made = match made {
+                Some(p) if p.store.data().tripped() => {
+                    spares.dropped.fetch_add(1, Ordering::Relaxed);
+                    drop_off_path(p.store);
+                    None
+                }
+                made => made,
+            };
+            let unwanted = {
                 let mut slots = spares.slots();
-                // The slot may have been cleared meanwhile; then this one is not wanted.
-                if !matches!(slots.get(&key), Some(Slot::Making)) {
+                // Cleared meanwhile, or another task's slot now: not wanted.
+                if !matches!(slots.get(&key), Some(Slot::Making(i)) if *i == id) {
+                    made
+                } else if let Some(prepared) = made {
+                    spares.made.fetch_add(1, Ordering::Relaxed);
+                    slots.insert(
+                        key.clone(),
+                        Slot::Ready {
+                            prepared: Box::new(prepared),
+                            id,
+                        },
+                    );
+                    None
+                } else {
+                    slots.remove(&key);
                     return;
                 }
-                match made {
-                    Some(prepared) => {
-                        spares.made.fetch_add(1, Ordering::Relaxed);
-                        slots.insert(
-                            key.clone(),
-                            Slot::Ready {
-                                prepared: Box::new(prepared),
-                                id,
-                            },
-                        );
-                    }
-                    None => {
-                        slots.remove(&key);
-                        return;
-                    }
-                }
+            };
+            if let Some(p) = unwanted {
+                drop_off_path(p.store);
+                return;
             }
             tokio::time::sleep(IDLE).await;
-            let mut slots = spares.slots();
-            if matches!(slots.get(&key), Some(Slot::Ready { id: i, .. }) if *i == id) {
-                slots.remove(&key);
+            let expired = {
+                let mut slots = spares.slots();
+                if matches!(slots.get(&key), Some(Slot::Ready { id: i, .. }) if *i == id) {
+                    slots.remove(&key)
+                } else {
+                    None
+                }
+            };
+            if let Some(Slot::Ready { prepared, .. }) = expired {
                 spares.dropped.fetch_add(1, Ordering::Relaxed);
+                drop_off_path(prepared.store);
             }
         });
     }
+}
+
+/// Drop a store on a blocking thread: taking a big instance down resets
+/// the pages it wrote, which is no work for an async worker.
+pub fn drop_off_path(store: Store<GuestState>) {
+    tokio::task::spawn_blocking(move || drop(store));
 }
 
 /// Make an instance of `plugin` for a call in `directory`, as the call
@@ -240,6 +289,7 @@ async fn make(
         protected,
     )
     .ok()?;
+    sandbox::preparing(&mut store);
     let guest = plugin.guest().to_string();
     let instance = sandbox::run(&mut store, &plugin.limits, &guest, async |store| {
         plugin.instantiate(store).await

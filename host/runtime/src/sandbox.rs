@@ -44,6 +44,10 @@ pub struct GuestState {
     /// When the call began, for its time limit (see [`arm`]).
     started: Instant,
     timeout: Duration,
+    /// Made ahead of its call (see [`preparing`]): files and network refused.
+    pub(crate) preparing: bool,
+    /// It reached for a file while being made ahead.
+    pub(crate) tripped: bool,
 }
 
 impl WasiView for GuestState {
@@ -89,6 +93,12 @@ impl GuestState {
     /// Why the file-system gate refused paths during the call.
     pub fn fs_refusals(&self) -> &[String] {
         &self.fs_refusals
+    }
+
+    /// Whether, while made ahead of its call, it reached for a file or the
+    /// network (and was refused).
+    pub fn tripped(&self) -> bool {
+        self.tripped || self.gate.tripped
     }
 }
 
@@ -285,7 +295,10 @@ impl Limits {
 /// may use stores made for one another (see `crate::prepared`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolved {
-    dirs: Vec<(PathBuf, DirMode)>,
+    /// Host path, mode, and the directory's identity (device, inode): a
+    /// directory removed and made again, or moved away and replaced, under
+    /// the same path is not the one a store made earlier holds open.
+    dirs: Vec<(PathBuf, DirMode, (u64, u64))>,
     env: Vec<(String, String)>,
 }
 
@@ -316,12 +329,21 @@ pub fn resolve(
         .dirs
         .iter()
         .map(|dir| {
-            resolve_dir(&dir.path, directory, protected)
-                .map(|host| (host, dir.mode))
-                .map_err(|message| GuestError::Unavailable {
-                    guest: format!("plugin {plugin}"),
-                    message,
-                })
+            use std::os::unix::fs::MetadataExt;
+            let host = resolve_dir(&dir.path, directory, protected)?;
+            let meta = std::fs::metadata(&host).map_err(|e| {
+                format!(
+                    "the granted directory {} cannot be used: {e}",
+                    host.display()
+                )
+            })?;
+            Ok((host, dir.mode, (meta.dev(), meta.ino())))
+        })
+        .map(|r: Result<_, String>| {
+            r.map_err(|message| GuestError::Unavailable {
+                guest: format!("plugin {plugin}"),
+                message,
+            })
         })
         .collect::<Result<_, _>>()?;
     Ok(Resolved { dirs, env })
@@ -344,7 +366,7 @@ pub fn store(
     for (var, value) in &resolved.env {
         b.env(var, value);
     }
-    for (host, mode) in &resolved.dirs {
+    for (host, mode, _) in &resolved.dirs {
         let perms = match mode {
             DirMode::ReadOnly => FsPerms::ReadOnly,
             DirMode::ReadWrite => FsPerms::ReadWrite,
@@ -372,6 +394,8 @@ pub fn store(
             plugin: plugin.clone(),
             allowed: limits.hosts.clone(),
             observer: observer.clone(),
+            preparing: false,
+            tripped: false,
         },
         limits: StoreLimitsBuilder::new()
             .memory_size(limits.memory_bytes)
@@ -389,6 +413,8 @@ pub fn store(
         fs_refusals: Vec::new(),
         started: Instant::now(),
         timeout: limits.timeout,
+        preparing: false,
+        tripped: false,
     };
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.limits);
@@ -410,10 +436,22 @@ pub fn store(
     Ok(store)
 }
 
+/// Mark a store as being made ahead of its call: until [`arm`], every path
+/// the guest opens, removes, renames or links, every directory or link it
+/// creates, and every HTTP request is refused, and the store remembers it
+/// tried ([`GuestState::tripped`]).
+pub fn preparing(store: &mut Store<GuestState>) {
+    let state = store.data_mut();
+    state.preparing = true;
+    state.gate.preparing = true;
+}
+
 /// Hand a store made ahead of its call to that call: its time limit starts
 /// now, and progress, questions and HTTP verdicts go to `observer`.
 pub fn arm(store: &mut Store<GuestState>, observer: Arc<dyn CallObserver>) {
     let state = store.data_mut();
+    state.preparing = false;
+    state.gate.preparing = false;
     state.started = Instant::now();
     state.gate.observer = Some(observer.clone());
     state.observer = Some(observer);
