@@ -204,23 +204,21 @@ impl Spares {
             protected.clone(),
         );
         tokio::spawn(async move {
-            let made = make(&plugin, &key.1, &engine, &protected).await;
-            if made.as_ref().is_some_and(|p| p.store.data().tripped()) {
-                // Its instantiation reached for a file or the network
-                // before any call was allowed: never made ahead again.
-                spares
-                    .unpreparable
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(plugin.name.clone());
-            }
-            let made = match made {
-                Some(p) if p.store.data().tripped() => {
+            let made = match make(&plugin, &key.1, &engine, &protected).await {
+                Made::Ready(prepared) => Some(prepared),
+                Made::Tripped(store) => {
+                    // Its instantiation reached for a file or the network
+                    // before any call was allowed: never made ahead again.
+                    spares
+                        .unpreparable
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(plugin.name.clone());
                     spares.dropped.fetch_add(1, Ordering::Relaxed);
-                    drop_off_path(p.store);
+                    drop_off_path(store);
                     None
                 }
-                made => made,
+                Made::Failed => None,
             };
             let unwanted = {
                 let mut slots = spares.slots();
@@ -269,36 +267,52 @@ pub fn drop_off_path(store: Store<GuestState>) {
     tokio::task::spawn_blocking(move || drop(store));
 }
 
+/// What making an instance ahead came to.
+enum Made {
+    Ready(Prepared),
+    /// Its instantiation reached for a file or the network (and was
+    /// refused), whether it then failed or not.
+    Tripped(Store<GuestState>),
+    /// It failed otherwise: the call makes its own and reports why.
+    Failed,
+}
+
 /// Make an instance of `plugin` for a call in `directory`, as the call
-/// itself would (within the plugin's time limit). `None` if that fails: the
-/// call then makes its own and reports why.
+/// itself would (within the plugin's time limit), with files and network
+/// refused until a call takes it.
 async fn make(
     plugin: &LoadedPlugin,
     directory: &str,
     engine: &Engine,
     protected: &Arc<[PathBuf]>,
-) -> Option<Prepared> {
-    let resolved =
-        sandbox::resolve(&plugin.name, &plugin.grants, Some(directory), protected).ok()?;
-    let mut store = sandbox::store(
+) -> Made {
+    let Ok(resolved) = sandbox::resolve(&plugin.name, &plugin.grants, Some(directory), protected)
+    else {
+        return Made::Failed;
+    };
+    let Ok(mut store) = sandbox::store(
         engine,
         &plugin.name,
         &resolved,
         &plugin.limits,
         None,
         protected,
-    )
-    .ok()?;
+    ) else {
+        return Made::Failed;
+    };
     sandbox::preparing(&mut store);
     let guest = plugin.guest().to_string();
     let instance = sandbox::run(&mut store, &plugin.limits, &guest, async |store| {
         plugin.instantiate(store).await
     })
-    .await
-    .ok()?;
-    Some(Prepared {
-        store,
-        instance,
-        resolved,
-    })
+    .await;
+    match instance {
+        _ if store.data().tripped() => Made::Tripped(store),
+        Ok(instance) => Made::Ready(Prepared {
+            store,
+            instance,
+            resolved,
+        }),
+        Err(_) => Made::Failed,
+    }
 }
