@@ -56,6 +56,19 @@ fn ctx(directory: &Path, call: &str) -> CallContext {
     }
 }
 
+/// A host that makes every instance ahead, its plugin granted `data` (in
+/// the working directory) read-only, and its `read_path` tool.
+async fn reading_data(env: &Env) -> (WasmHost, ToolDef) {
+    let host = host(
+        env,
+        "always",
+        json!({"dirs": [{"path": "data", "mode": "ro"}]}),
+    )
+    .await;
+    let read = tool(&host, "read_path");
+    (host, read)
+}
+
 fn tool(host: &WasmHost, id: &str) -> ToolDef {
     host.tools().into_iter().find(|t| t.id == id).unwrap()
 }
@@ -203,13 +216,7 @@ async fn a_prepared_instance_whose_grants_now_resolve_elsewhere_is_dropped() {
         std::fs::write(dir.join(sub).join("f.txt"), text).unwrap();
     }
     std::os::unix::fs::symlink("one", dir.join("data")).unwrap();
-    let host = host(
-        &env,
-        "always",
-        json!({"dirs": [{"path": "data", "mode": "ro"}]}),
-    )
-    .await;
-    let read = tool(&host, "read_path");
+    let (host, read) = reading_data(&env).await;
     let path = |sub: &str| json!({"path": dir.join(sub).join("f.txt").display().to_string()});
     assert_eq!(
         call(&host, &read, &ctx(&dir, "1"), path("one")).await,
@@ -245,13 +252,7 @@ async fn a_prepared_instance_whose_directory_was_replaced_is_dropped() {
     let data = dir.join("data");
     std::fs::create_dir_all(&data).unwrap();
     std::fs::write(data.join("f.txt"), "old").unwrap();
-    let host = host(
-        &env,
-        "always",
-        json!({"dirs": [{"path": "data", "mode": "ro"}]}),
-    )
-    .await;
-    let read = tool(&host, "read_path");
+    let (host, read) = reading_data(&env).await;
     let path = json!({"path": data.join("f.txt").display().to_string()});
     assert_eq!(
         call(&host, &read, &ctx(&dir, "1"), path.clone()).await,

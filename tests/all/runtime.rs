@@ -3,22 +3,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use warden_core::Config;
-use warden_core::tool::{CallContext, CallObserver, ToolHost};
+use warden_core::tool::{CallContext, ToolHost, Unattended};
 use warden_runtime::WasmHost;
 
 use crate::common::*;
-
-struct Silent;
-
-#[async_trait::async_trait]
-impl CallObserver for Silent {
-    fn progress(&self, _: Option<String>, _: Value) {}
-    async fn ask(&self, _: String, _: Vec<String>, _: Value) -> Result<(), String> {
-        Err("nobody".into())
-    }
-}
 
 /// On a single-threaded runtime, a guest that never returns must still let
 /// other work run: it yields at every epoch tick. If it blocked the thread,
@@ -47,11 +37,11 @@ fn a_busy_guest_does_not_block_the_async_runtime() {
         };
         let done = Arc::new(Mutex::new(Vec::new()));
         let spinning = async {
-            let r = host.execute(spin, &ctx, "{}", Arc::new(Silent)).await;
+            let r = host.execute(spin, &ctx, "{}", Arc::new(Unattended)).await;
             done.lock().unwrap().push(("spin", r.map(|o| o.output).map_err(|e| e.to_string())));
         };
         let echoing = async {
-            let r = host.execute(echo, &ctx, r#"{"hi":1}"#, Arc::new(Silent)).await;
+            let r = host.execute(echo, &ctx, r#"{"hi":1}"#, Arc::new(Unattended)).await;
             done.lock().unwrap().push(("echo", r.map(|o| o.output).map_err(|e| e.to_string())));
         };
         tokio::join!(spinning, echoing);

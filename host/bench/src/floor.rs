@@ -14,7 +14,7 @@ use rusqlite::{Connection, params};
 use serde_json::json;
 use warden_core::Bus;
 use warden_core::ledger::{Ledger, id};
-use warden_core::tool::{CallContext, CallObserver, ToolHost, ToolOutput};
+use warden_core::tool::{CallContext, CallObserver, ToolHost, ToolOutput, Unattended};
 use warden_protocol::{MessageId, SessionId};
 use warden_runtime::engine::Sandbox;
 use wasmtime::Store;
@@ -212,7 +212,7 @@ pub async fn measure(work: &Path, n: usize) -> Result<Floors> {
         title: String::new(),
         metadata: json!({}),
     };
-    let observer: Arc<dyn CallObserver> = Arc::new(Quiet);
+    let observer: Arc<dyn CallObserver> = Arc::new(Unattended);
     let (mut host_tool, mut host_before, mut host_after) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..n + warm {
         let (r, t) = timed(host.execute(&echo, &c, &args, observer.clone())).await;
@@ -405,20 +405,4 @@ async fn bare_guest_calls(n: usize, warm: usize) -> Result<(Samples, Samples, Sa
         }
     }
     Ok((tool, before, after))
-}
-
-/// An observer nobody answers (the trivial guests never ask).
-pub struct Quiet;
-
-#[async_trait::async_trait]
-impl CallObserver for Quiet {
-    fn progress(&self, _: Option<String>, _: serde_json::Value) {}
-    async fn ask(
-        &self,
-        _: String,
-        _: Vec<String>,
-        _: serde_json::Value,
-    ) -> std::result::Result<(), String> {
-        Err("nobody".into())
-    }
 }

@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use warden_core::config::Config;
-use warden_core::tool::{CallContext, CallObserver, ToolHost};
+use warden_core::tool::{CallContext, CallObserver, ToolHost, Unattended};
 use warden_protocol::{MessageId, SessionId};
 use warden_runtime::WasmHost;
 use warden_runtime::engine::{Sandbox, sha256_hex};
@@ -21,16 +21,6 @@ use warden_runtime::engine::{Sandbox, sha256_hex};
 use crate::common::timed;
 use crate::stats::summarize;
 use crate::table::Row;
-
-struct Quiet;
-
-#[async_trait::async_trait]
-impl CallObserver for Quiet {
-    fn progress(&self, _: Option<String>, _: Value) {}
-    async fn ask(&self, _: String, _: Vec<String>, _: Value) -> std::result::Result<(), String> {
-        Err("nobody".into())
-    }
-}
 
 fn row(measure: String, value: String, data: Value) -> Row {
     Row {
@@ -135,7 +125,7 @@ async fn timed_calls(
         agent: "build".into(),
         directory: directory.to_string(),
     };
-    let observer: Arc<dyn CallObserver> = Arc::new(Quiet);
+    let observer: Arc<dyn CallObserver> = Arc::new(Unattended);
     let args = json!({"path": "words.txt"}).to_string();
     let mut samples = Vec::with_capacity(n);
     for i in 0..n + n / 10 + 5 {

@@ -260,21 +260,8 @@ mod tests {
     #[tokio::test]
     async fn a_builtin_loaded_from_its_artifact_runs() {
         use std::sync::Arc;
-        use warden_core::tool::{CallContext, CallObserver, ToolHost};
+        use warden_core::tool::{CallContext, ToolHost, Unattended};
 
-        struct Quiet;
-        #[async_trait::async_trait]
-        impl CallObserver for Quiet {
-            fn progress(&self, _: Option<String>, _: serde_json::Value) {}
-            async fn ask(
-                &self,
-                _: String,
-                _: Vec<String>,
-                _: serde_json::Value,
-            ) -> Result<(), String> {
-                Err("nobody".into())
-            }
-        }
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.txt"), "alpha\n").unwrap();
         let host = crate::WasmHost::load(&warden_core::Config::default(), None, None)
@@ -290,7 +277,12 @@ mod tests {
             directory: dir.path().display().to_string(),
         };
         let out = host
-            .execute(&read, &ctx, r#"{"filePath": "a.txt"}"#, Arc::new(Quiet))
+            .execute(
+                &read,
+                &ctx,
+                r#"{"filePath": "a.txt"}"#,
+                Arc::new(Unattended),
+            )
             .await
             .unwrap();
         assert!(out.output.contains("alpha"), "{}", out.output);

@@ -135,9 +135,12 @@ impl Spares {
         directory: &str,
         resolved: &Resolved,
     ) -> Option<Prepared> {
-        let key = (plugin.clone(), directory.to_string());
         let prepared = {
             let mut slots = self.slots();
+            if slots.is_empty() {
+                return None;
+            }
+            let key = (plugin.clone(), directory.to_string());
             match slots.get(&key) {
                 Some(Slot::Ready { .. }) => match slots.remove(&key) {
                     Some(Slot::Ready { prepared, .. }) => prepared,
@@ -157,19 +160,17 @@ impl Spares {
 
     /// Whether `plugin`'s next instance should be made ahead.
     fn wanted(&self, plugin: &LoadedPlugin) -> bool {
-        if self
-            .unpreparable
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&plugin.name)
-        {
-            return false;
-        }
-        match self.policy {
+        let by_policy = match self.policy {
             PrepareInstances::Never => false,
             PrepareInstances::Always => true,
             PrepareInstances::Auto => plugin.instantiation_us() > SLOW_INSTANTIATION_US,
-        }
+        };
+        by_policy
+            && !self
+                .unpreparable
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&plugin.name)
     }
 
     /// After a call of `plugin` in `directory`: start making the next

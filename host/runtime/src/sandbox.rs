@@ -325,27 +325,20 @@ pub fn resolve(
         .iter()
         .filter_map(|var| std::env::var(var).ok().map(|value| (var.clone(), value)))
         .collect();
-    let dirs = grants
-        .dirs
-        .iter()
-        .map(|dir| {
-            use std::os::unix::fs::MetadataExt;
-            let host = resolve_dir(&dir.path, directory, protected)?;
-            let meta = std::fs::metadata(&host).map_err(|e| {
-                format!(
-                    "the granted directory {} cannot be used: {e}",
-                    host.display()
-                )
-            })?;
-            Ok((host, dir.mode, (meta.dev(), meta.ino())))
-        })
-        .map(|r: Result<_, String>| {
-            r.map_err(|message| GuestError::Unavailable {
-                guest: format!("plugin {plugin}"),
-                message,
+    let dirs =
+        grants
+            .dirs
+            .iter()
+            .map(|dir| {
+                use std::os::unix::fs::MetadataExt;
+                let (host, meta) = resolve_dir_with_metadata(&dir.path, directory, protected)
+                    .map_err(|message| GuestError::Unavailable {
+                        guest: format!("plugin {plugin}"),
+                        message,
+                    })?;
+                Ok((host, dir.mode, (meta.dev(), meta.ino())))
             })
-        })
-        .collect::<Result<_, _>>()?;
+            .collect::<Result<_, _>>()?;
     Ok(Resolved { dirs, env })
 }
 
@@ -468,6 +461,15 @@ pub fn resolve_dir(
     directory: Option<&str>,
     protected: &[PathBuf],
 ) -> Result<PathBuf, String> {
+    resolve_dir_with_metadata(path, directory, protected).map(|(dir, _)| dir)
+}
+
+/// [`resolve_dir`], with the directory's metadata from the same check.
+fn resolve_dir_with_metadata(
+    path: &str,
+    directory: Option<&str>,
+    protected: &[PathBuf],
+) -> Result<(PathBuf, std::fs::Metadata), String> {
     let p = Path::new(path);
     let (joined, base) = if p.is_absolute() {
         (p.to_path_buf(), None)
@@ -498,7 +500,13 @@ pub fn resolve_dir(
             ));
         }
     }
-    if !canonical.is_dir() {
+    let meta = std::fs::metadata(&canonical).map_err(|e| {
+        format!(
+            "the granted directory {} cannot be used: {e}",
+            canonical.display()
+        )
+    })?;
+    if !meta.is_dir() {
         return Err(format!(
             "the granted path {} is not a directory",
             canonical.display()
@@ -511,7 +519,7 @@ pub fn resolve_dir(
             own.display()
         ));
     }
-    Ok(canonical)
+    Ok((canonical, meta))
 }
 
 /// Run `call` on a store within its time limit; a trap or a timeout becomes

@@ -181,6 +181,18 @@ pub trait CallObserver: Send + Sync {
     fn guest_output(&self, _plugin: &str, _stream: &str, _text: String) {}
 }
 
+/// An observer for a call nobody attends (benchmarks, tests, tools run
+/// outside a session): progress is dropped and every question is refused.
+pub struct Unattended;
+
+#[async_trait::async_trait]
+impl CallObserver for Unattended {
+    fn progress(&self, _: Option<String>, _: Value) {}
+    async fn ask(&self, _: String, _: Vec<String>, _: Value) -> Result<(), String> {
+        Err("nobody is there to answer".into())
+    }
+}
+
 /// Runs guests. Implemented by the plugin runtime.
 #[async_trait::async_trait]
 pub trait ToolHost: Send + Sync {
