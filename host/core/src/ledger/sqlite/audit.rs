@@ -1,7 +1,9 @@
 //! The audit trail: every decision and guest call at the host boundary. A
 //! tool call's entries (permission, hooks, tool) are one row; each entry is
 //! a compact JSON array, and a guest's content hash is written once, in
-//! `guest`, and referred to by its key.
+//! `guest`, and referred to by its key. The words every call repeats
+//! (stages, decisions, the common outcomes) are stored as their numbers in
+//! `codec`'s lists; any other text is stored as it is.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -10,7 +12,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 use warden_protocol::{MessageId, SessionId};
 
-use super::Result;
+use super::{Result, codec};
 use crate::ledger::{AuditEntry, LedgerError};
 
 const INSERT: &str = "\
@@ -63,13 +65,15 @@ pub fn insert(conn: &Connection, keys: &GuestKeys, entries: &[AuditEntry]) -> Re
                 None => Value::Null,
             };
             let mut fields = vec![
-                Value::from(e.stage.as_str()),
+                codec::word(codec::STAGES, &e.stage),
                 Value::from(e.subject.as_str()),
-                Value::from(e.decision.as_str()),
+                codec::word(codec::DECISIONS, &e.decision),
                 e.rule.as_deref().map_or(Value::Null, Value::from),
                 guest,
                 e.duration_us.map_or(Value::Null, Value::from),
-                e.outcome.as_deref().map_or(Value::Null, Value::from),
+                e.outcome
+                    .as_deref()
+                    .map_or(Value::Null, |o| codec::word(codec::OUTCOMES, o)),
                 match e.at - first.at {
                     0 => Value::Null,
                     d => Value::from(d),
@@ -121,6 +125,7 @@ pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<AuditEntry>> {
             serde_json::from_str(&entries).map_err(|e| corrupt(e.to_string()))?;
         for e in entries {
             let text = |i: usize| e.get(i).and_then(Value::as_str).map(str::to_string);
+            let word = |i: usize, words: &[&str]| e.get(i).and_then(|v| codec::word_of(words, v));
             let int = |i: usize| e.get(i).and_then(Value::as_i64);
             let plugin_hash = match int(4) {
                 Some(k) => match hashes.get(&k) {
@@ -143,13 +148,14 @@ pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<AuditEntry>> {
                 message_id: message_id.clone().map(MessageId),
                 call_id: call_id.clone(),
                 at: at + int(7).unwrap_or(0),
-                stage: text(0).ok_or_else(|| corrupt("an entry has no stage".into()))?,
+                stage: word(0, codec::STAGES)
+                    .ok_or_else(|| corrupt("an entry has no stage".into()))?,
                 subject: text(1).unwrap_or_default(),
                 plugin_hash,
-                decision: text(2).unwrap_or_default(),
+                decision: word(2, codec::DECISIONS).unwrap_or_default(),
                 rule: text(3),
                 duration_us: int(5),
-                outcome: text(6),
+                outcome: word(6, codec::OUTCOMES),
             });
         }
     }

@@ -45,6 +45,51 @@ pub fn status_name(code: i64) -> Option<&'static str> {
         .and_then(|i| STATUSES.get(i).copied())
 }
 
+/// The audit words stored as their index (`audit.entries`). Append only:
+/// a stored number means the word at that place for good.
+pub const STAGES: &[&str] = &[
+    "permission",
+    "before",
+    "tool",
+    "after",
+    "ask",
+    "request",
+    "stdout",
+    "stderr",
+    "audit",
+];
+pub const DECISIONS: &[&str] = &[
+    "allowed",
+    "denied",
+    "asked:once",
+    "asked:always",
+    "asked:reject",
+    "ran",
+    "printed",
+    "truncated",
+];
+pub const OUTCOMES: &[&str] = &["ok", "refused", "skipped", "allow", "keep", "rewrite"];
+
+/// `word` as its number in `words`, or as text when it is not one of them.
+pub fn word(words: &[&str], word: &str) -> serde_json::Value {
+    match words.iter().position(|w| *w == word) {
+        Some(i) => i.into(),
+        None => word.into(),
+    }
+}
+
+/// A stored word back: a number names its place in `words`, text is itself.
+pub fn word_of(words: &[&str], stored: &serde_json::Value) -> Option<String> {
+    match stored {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => n
+            .as_u64()
+            .and_then(|i| words.get(usize::try_from(i).ok()?))
+            .map(|w| w.to_string()),
+        _ => None,
+    }
+}
+
 /// `{"k1":v1,"k2":v2,` for `fields` (values already JSON).
 fn prefix(fields: &[(&str, &str)]) -> String {
     let mut p = String::from("{");
@@ -170,6 +215,24 @@ mod tests {
         let kept = serde_json::to_string(&t2).unwrap();
         let wrapped = format!(r#"{{"tokens":{kept}}}"#);
         assert!(slim_tokens(wrapped).contains("\"read\":3"));
+    }
+
+    #[test]
+    fn audit_words_are_numbers_and_other_text_stays_text() {
+        for words in [STAGES, DECISIONS, OUTCOMES] {
+            for w in words {
+                let stored = word(words, w);
+                assert!(stored.is_number(), "{w}");
+                assert_eq!(word_of(words, &stored).as_deref(), Some(*w));
+            }
+        }
+        // A guest's own words, even one that looks like a number, stay text.
+        for free in ["block: not on main", "3", ""] {
+            let stored = word(OUTCOMES, free);
+            assert_eq!(stored, serde_json::Value::from(free));
+            assert_eq!(word_of(OUTCOMES, &stored).as_deref(), Some(free));
+        }
+        assert_eq!(word_of(STAGES, &99.into()), None);
     }
 
     #[test]

@@ -51,8 +51,7 @@ pub fn import(
     }
     sessions::create(tx, &export.session)?;
     for m in &export.messages {
-        let body = messages::encode_message(&m.info)?;
-        messages::put_message(tx, &m.info, &body, m.updated_at)?;
+        messages::put_message(tx, &m.info, m.updated_at)?;
         for p in &m.parts {
             let body = messages::encode_part(p)?;
             messages::put_part(tx, guests, p, &body, false, &[], 0)?;

@@ -2,10 +2,13 @@
 //! it (role, ids, part kind) and the rest as JSON without those fields
 //! (see `codec`); reading splices them back.
 
-use rusqlite::{Connection, Transaction, params};
+use std::collections::HashMap;
+
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use serde_json::Value;
 use warden_protocol::{MessageInfo, MessageWithParts, Millis, Part, PartBody, SessionId};
 
-use super::{Result, audit, codec, decode, timeline};
+use super::{Result, audit, codec, decode, header, timeline};
 use crate::ledger::{AuditEntry, LedgerError};
 
 // The statements every step runs, prepared once per connection.
@@ -19,18 +22,31 @@ const UPSERT_PART: &str = "\
     WHERE s.id = ?1 AND m.id = ?2
     ON CONFLICT(message, id) DO UPDATE SET body = excluded.body";
 
-/// The header as stored: without its role and ids, which are columns of the row.
-pub fn encode_message(info: &MessageInfo) -> Result<String> {
-    let body = serde_json::to_string(info).map_err(|e| LedgerError::encode("a message", e))?;
-    let (role, id, sid) = (
-        codec::quoted(info.role()),
-        codec::quoted(info.id().as_str()),
-        codec::quoted(info.session_id().as_str()),
-    );
-    Ok(codec::slim_tokens(codec::strip(
-        body,
-        &[("role", &role), ("id", &id), ("sessionID", &sid)],
-    )))
+/// What a header's row stands in for (see `header`): its session's
+/// directory and, for an answer, its user message's model. `None` when the
+/// session is not in the ledger.
+fn context_of(conn: &Connection, info: &MessageInfo) -> Result<Option<(String, Option<Value>)>> {
+    let parent = match info {
+        MessageInfo::Assistant(a) => Some(a.parent_id.as_str()),
+        MessageInfo::User(_) => None,
+    };
+    let found = conn
+        .prepare_cached(
+            "SELECT s.directory, (SELECT m.info FROM message m WHERE m.session = s.key AND m.id = ?2 AND m.role = 'user')
+             FROM session s WHERE s.id = ?1",
+        )?
+        .query_row(params![info.session_id().as_str(), parent], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+        })
+        .optional()?;
+    Ok(found.map(|(directory, parent)| {
+        // The parent's own stored header names its model whole.
+        let model = parent
+            .and_then(|p| serde_json::from_str::<Value>(&p).ok())
+            .and_then(|mut p| p.get_mut("model").map(Value::take))
+            .filter(Value::is_object);
+        (directory, model)
+    }))
 }
 
 /// The part as stored: without its type and ids, which are columns of the row.
@@ -44,13 +60,19 @@ pub fn encode_part(part: &Part) -> Result<String> {
     })
 }
 
-/// Insert or update a header (already encoded); `false` if its session is missing.
-pub fn put_message(
-    tx: &Transaction<'_>,
-    info: &MessageInfo,
-    body: &str,
-    now: Millis,
-) -> Result<bool> {
+/// Insert or update a header, stored without what its context says;
+/// `false` if its session is missing.
+pub fn put_message(tx: &Transaction<'_>, info: &MessageInfo, now: Millis) -> Result<bool> {
+    let Some((directory, parent_model)) = context_of(tx, info)? else {
+        return Ok(false);
+    };
+    let body = header::encode(
+        info,
+        &header::Context {
+            directory: &directory,
+            parent_model: parent_model.as_ref(),
+        },
+    )?;
     Ok(tx.prepare_cached(UPSERT_MESSAGE)?.execute(params![
         info.id().as_str(),
         info.session_id().as_str(),
@@ -101,10 +123,10 @@ pub fn put_part(
 pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<MessageWithParts>> {
     let mut out: Vec<MessageWithParts> = Vec::new();
     let mut keys: Vec<i64> = Vec::new();
-    let sid = codec::quoted(session.as_str());
     {
         let mut stmt = conn.prepare_cached(
-            "SELECT m.key, m.id, m.role, m.info FROM message m JOIN session s ON s.key = m.session
+            "SELECT m.key, m.id, m.role, m.info, m.created_at, s.directory
+             FROM message m JOIN session s ON s.key = m.session
              WHERE s.id = ?1 ORDER BY m.id",
         )?;
         let rows = stmt.query_map(params![session.as_str()], |r| {
@@ -113,19 +135,32 @@ pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<MessageWithPar
                 r.get::<_, String>(1)?,
                 r.get::<_, String>(2)?,
                 r.get::<_, String>(3)?,
+                r.get::<_, i64>(4)?,
+                r.get::<_, String>(5)?,
             ))
         })?;
+        // The models of the user messages read so far, for the answers after them.
+        let mut models: HashMap<String, Value> = HashMap::new();
         for row in rows {
-            let (key, id, role, info) = row?;
-            let info = codec::splice(
-                &info,
-                &[
-                    ("role", &codec::quoted(&role)),
-                    ("id", &codec::quoted(&id)),
-                    ("sessionID", &sid),
-                ],
-            );
-            let info: MessageInfo = decode(&info, || format!("message {id}"))?;
+            let (key, id, role, info, created_at, directory) = row?;
+            let info = header::decode(
+                &header::Row {
+                    id: &id,
+                    role: &role,
+                    session_id: session.as_str(),
+                    created_at,
+                    info: &info,
+                },
+                &directory,
+                |parent| models.get(parent),
+            )
+            .map_err(|reason| LedgerError::Corrupt {
+                what: format!("message {id}"),
+                reason,
+            })?;
+            if let Some(model) = header::model_of(&info) {
+                models.insert(info.id().to_string(), model);
+            }
             keys.push(key);
             out.push(MessageWithParts {
                 info,

@@ -16,6 +16,7 @@ pub(crate) mod checkpoint;
 mod codec;
 mod connection;
 mod export;
+mod header;
 mod lease;
 mod messages;
 mod phase;
@@ -233,11 +234,10 @@ impl Store for SqliteStore {
     }
 
     async fn put_message(&self, info: &MessageInfo, fence: Option<&Fence>) -> Result<bool> {
-        let body = messages::encode_message(info)?;
         let (info, fence) = (info.clone(), fence.cloned());
         self.run(move |c| {
             write(c, info.session_id(), fence.as_ref(), |tx| {
-                messages::put_message(tx, &info, &body, now_ms())
+                messages::put_message(tx, &info, now_ms())
             })
         })
         .await

@@ -272,6 +272,12 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX prompt_queue_by_session ON prompt_queue (session_id, state, number);
     "#,
+    // 7: no table changes. Message headers leave out what their session and
+    // the user message they answer already say (`header.rs`), and audit rows
+    // store their stage, decision and common outcomes as numbers
+    // (`codec.rs`). Such rows read back whole here; an older warden would
+    // misread them, so the version goes up and it refuses the file instead.
+    "",
 ];
 
 /// Bring the schema up to date (refusing a ledger it cannot write).
