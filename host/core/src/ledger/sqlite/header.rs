@@ -9,9 +9,9 @@
 //! whose value differs from its context) keeps it.
 
 use serde_json::{Map, Value};
-use warden_protocol::MessageInfo;
+use warden_protocol::{MessageInfo, ModelRef};
 
-use super::Result;
+use super::{Result, codec};
 use crate::ledger::LedgerError;
 
 /// What a header's row stands in: its session's directory, and the model
@@ -47,21 +47,13 @@ pub fn encode(info: &MessageInfo, ctx: &Context<'_>) -> Result<String> {
         if obj.get("path") == Some(&path_of(ctx.directory)) {
             obj.shift_remove("path");
         }
-        let model = serde_json::json!({"providerID": a.model.provider, "modelID": a.model.model});
-        if ctx.parent_model == Some(&model) {
+        if ctx.parent_model == Some(&model_value(&a.model)) {
             obj.shift_remove("providerID");
             obj.shift_remove("modelID");
         }
-        if let Some(tokens) = obj.get_mut("tokens").and_then(Value::as_object_mut) {
-            if tokens.get("reasoning") == Some(&Value::from(0)) {
-                tokens.shift_remove("reasoning");
-            }
-            if tokens.get("cache") == Some(&serde_json::json!({"read": 0, "write": 0})) {
-                tokens.shift_remove("cache");
-            }
-        }
     }
-    Ok(v.to_string())
+    // Zero token counts go the way a step-finish part's do.
+    Ok(codec::slim_tokens(v.to_string()))
 }
 
 /// `time.created` is the row's `created_at`; an empty `time` goes too.
@@ -85,7 +77,7 @@ pub struct Row<'a> {
 }
 
 /// The header `row` stores, with what it left out put back from its
-/// session's `directory` and the model of its parent (`model_of`, looked
+/// session's `directory` and the model of its parent (`model_value`, looked
 /// up by the parent's id).
 pub fn decode<'m>(
     row: &Row<'_>,
@@ -125,15 +117,10 @@ pub fn decode<'m>(
     serde_json::from_value(Value::Object(obj)).map_err(|e| e.to_string())
 }
 
-/// The model a user header names, as an assistant header's context.
-pub fn model_of(info: &MessageInfo) -> Option<Value> {
-    match info {
-        MessageInfo::User(u) => Some(serde_json::json!({
-            "providerID": u.model.provider,
-            "modelID": u.model.model,
-        })),
-        MessageInfo::Assistant(_) => None,
-    }
+/// A model as a user header stores it (`{"providerID":…,"modelID":…}`),
+/// the form an assistant header's context compares with.
+pub fn model_value(model: &ModelRef) -> Value {
+    serde_json::to_value(model).unwrap_or(Value::Null)
 }
 
 #[cfg(test)]
@@ -184,16 +171,27 @@ mod tests {
         }
     }
 
-    fn round_trip(info: &MessageInfo, ctx: &Context<'_>) -> (String, MessageInfo) {
-        let stored = encode(info, ctx).unwrap();
-        let row = Row {
+    fn user_model() -> Value {
+        model_value(&ModelRef {
+            provider: "openai".into(),
+            model: "gpt-x".into(),
+        })
+    }
+
+    /// The row `info` is stored in, with `stored` as its JSON.
+    fn row_of<'a>(info: &'a MessageInfo, stored: &'a str) -> Row<'a> {
+        Row {
             id: info.id().as_str(),
             role: info.role(),
             session_id: info.session_id().as_str(),
             created_at: info.created(),
-            info: &stored,
-        };
-        let back = decode(&row, ctx.directory, |p| {
+            info: stored,
+        }
+    }
+
+    fn round_trip(info: &MessageInfo, ctx: &Context<'_>) -> (String, MessageInfo) {
+        let stored = encode(info, ctx).unwrap();
+        let back = decode(&row_of(info, &stored), ctx.directory, |p| {
             assert_eq!(p, "msg_u");
             ctx.parent_model
         })
@@ -203,7 +201,7 @@ mod tests {
 
     #[test]
     fn an_assistant_header_keeps_only_what_its_context_does_not_say() {
-        let model = model_of(&user()).unwrap();
+        let model = user_model();
         let ctx = Context {
             directory: "/work/p",
             parent_model: Some(&model),
@@ -219,7 +217,7 @@ mod tests {
 
     #[test]
     fn what_differs_from_the_context_is_kept() {
-        let model = model_of(&user()).unwrap();
+        let model = user_model();
         let ctx = Context {
             directory: "/work/other",
             parent_model: Some(&model),
@@ -270,32 +268,24 @@ mod tests {
             v.as_object_mut().unwrap().remove(k);
         }
         let whole = v.to_string();
+        // The stored creation time wins over the column's.
         let row = Row {
-            id: "msg_a",
-            role: "assistant",
-            session_id: "ses_1",
             created_at: 999,
-            info: &whole,
+            ..row_of(&info, &whole)
         };
         assert_eq!(decode(&row, "/elsewhere", |_| None).unwrap(), info);
     }
 
     #[test]
     fn a_header_whose_model_went_with_a_missing_parent_is_an_error() {
-        let model = model_of(&user()).unwrap();
+        let model = user_model();
         let with = Context {
             directory: "/work/p",
             parent_model: Some(&model),
         };
-        let stored = encode(&MessageInfo::Assistant(assistant()), &with).unwrap();
-        let row = Row {
-            id: "msg_a",
-            role: "assistant",
-            session_id: "ses_1",
-            created_at: 200,
-            info: &stored,
-        };
-        let err = decode(&row, "/work/p", |_| None).unwrap_err();
+        let info = MessageInfo::Assistant(assistant());
+        let stored = encode(&info, &with).unwrap();
+        let err = decode(&row_of(&info, &stored), "/work/p", |_| None).unwrap_err();
         assert!(err.contains("user message it answers"), "{err}");
     }
 }

@@ -32,18 +32,19 @@ fn context_of(conn: &Connection, info: &MessageInfo) -> Result<Option<(String, O
     };
     let found = conn
         .prepare_cached(
-            "SELECT s.directory, (SELECT m.info FROM message m WHERE m.session = s.key AND m.id = ?2 AND m.role = 'user')
+            "SELECT s.directory,
+                    (SELECT json_extract(m.info, '$.model') FROM message m
+                     WHERE m.session = s.key AND m.id = ?2 AND m.role = 'user')
              FROM session s WHERE s.id = ?1",
         )?
         .query_row(params![info.session_id().as_str(), parent], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
         })
         .optional()?;
-    Ok(found.map(|(directory, parent)| {
-        // The parent's own stored header names its model whole.
-        let model = parent
-            .and_then(|p| serde_json::from_str::<Value>(&p).ok())
-            .and_then(|mut p| p.get_mut("model").map(Value::take))
+    // A user header keeps its model whole (`header`), so SQLite hands it over as JSON.
+    Ok(found.map(|(directory, model)| {
+        let model = model
+            .and_then(|m| serde_json::from_str::<Value>(&m).ok())
             .filter(Value::is_object);
         (directory, model)
     }))
@@ -158,8 +159,8 @@ pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<MessageWithPar
                 what: format!("message {id}"),
                 reason,
             })?;
-            if let Some(model) = header::model_of(&info) {
-                models.insert(info.id().to_string(), model);
+            if let MessageInfo::User(u) = &info {
+                models.insert(u.id.to_string(), header::model_value(&u.model));
             }
             keys.push(key);
             out.push(MessageWithParts {
