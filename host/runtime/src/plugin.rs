@@ -245,8 +245,8 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
                 guest: hook,
                 hook: HookDef {
                     guest: guest.clone(),
-                    before: spec.before,
-                    after: spec.after,
+                    before: spec.before.into(),
+                    after: spec.after.into(),
                     fail_open: src.fail_open,
                 },
             }

@@ -5,7 +5,6 @@
 
 use std::time::Instant;
 
-use globset::Glob;
 use serde_json::{Value, json};
 use warden_protocol::Action;
 
@@ -15,19 +14,6 @@ use super::gate::{self, Question, Verdict};
 use super::{Call, check_call};
 use crate::permission::{self, Evaluation};
 use crate::tool::{AfterDecision, BeforeDecision, GuestError, HookDef, ToolOutput};
-
-/// Whether `tool` matches one of a hook's patterns. The patterns are globs
-/// (`*`, `?`, `[abc]`, `{write,edit}`), as `wit/plugin.wit` promises; one
-/// that is not a valid glob matches nothing and is logged.
-pub fn wants(globs: &[String], tool: &str) -> bool {
-    globs.iter().any(|g| match Glob::new(g) {
-        Ok(glob) => glob.compile_matcher().is_match(tool),
-        Err(e) => {
-            tracing::warn!(pattern = %g, "a hook's tool pattern is not a valid glob: {e}");
-            false
-        }
-    })
-}
 
 /// What a hook said, whatever its stage.
 enum Said {
@@ -71,7 +57,7 @@ pub(crate) async fn run_stage(
             HookStage::Before => &hook.before,
             HookStage::After => &hook.after,
         };
-        if !wants(globs, &tool.id) {
+        if !globs.matches(&tool.id) {
             continue;
         }
         match may_run(call, &hook, stage).await {
@@ -237,23 +223,4 @@ async fn may_run(call: &Call<'_>, hook: &HookDef, stage: HookStage) -> Verdict {
         quiet: eval.action == Action::Allow,
     };
     gate::decide(&call.gate(), question, eval).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::wants;
-
-    #[test]
-    fn hook_patterns_are_globs_with_alternatives_and_classes() {
-        let p = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(wants(&p(&["{write,edit}"]), "write"));
-        assert!(wants(&p(&["{write,edit}"]), "edit"));
-        assert!(!wants(&p(&["{write,edit}"]), "read"));
-        assert!(wants(&p(&["*"]), "anything"));
-        assert!(wants(&p(&["re?d"]), "read"));
-        assert!(wants(&p(&["[rw]*"]), "write"));
-        assert!(!wants(&p(&["[rw]*"]), "edit"));
-        assert!(!wants(&p(&["{unclosed"]), "unclosed"));
-        assert!(!wants(&[], "read"));
-    }
 }

@@ -591,8 +591,12 @@ fn hook(plugin: &str, before: &[&str]) -> HookDef {
             plugin: plugin.into(),
             hash: "1".repeat(64),
         },
-        before: before.iter().map(|s| s.to_string()).collect(),
-        after: Vec::new(),
+        before: before
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .into(),
+        after: Vec::new().into(),
         fail_open: false,
     }
 }

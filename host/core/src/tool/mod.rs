@@ -6,6 +6,7 @@
 //! The core never knows how a guest runs: `warden-runtime` implements
 //! [`ToolHost`] with wasmtime; tests may implement it with plain Rust.
 
+pub mod globs;
 pub mod url;
 
 use std::sync::Arc;
@@ -13,6 +14,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use warden_protocol::{CallId, MessageId, SessionId};
+
+pub use globs::ToolGlobs;
 
 /// Where a tool's permission pattern comes from in its arguments.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,9 +75,9 @@ pub struct ToolDef {
 pub struct HookDef {
     pub guest: GuestRef,
     /// Tool id globs the before stage wants.
-    pub before: Vec<String>,
+    pub before: ToolGlobs,
     /// Tool id globs the after stage wants.
-    pub after: Vec<String>,
+    pub after: ToolGlobs,
     /// Let the call through when the hook itself fails (default: block).
     pub fail_open: bool,
 }
