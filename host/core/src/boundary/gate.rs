@@ -32,10 +32,10 @@ impl Rules {
     /// last match wins).
     pub async fn current(&self, ledger: &Ledger) -> Result<Vec<Rule>, String> {
         let session = ledger
-            .session(&self.session)
+            .session_rules(&self.session)
             .await
             .map_err(|e| e.to_string())?;
-        Ok([self.agent.as_slice(), session.permission.as_slice()].concat())
+        Ok([self.agent.as_slice(), &session].concat())
     }
 
     /// [`permission::evaluate_all`] over [`Rules::current`].

@@ -63,20 +63,29 @@ pub enum PartWrite<'a> {
     Delta(&'a str),
 }
 
-/// The messages of a held session, shared with the rounds that read them.
-type Held = HashMap<SessionId, Vec<Arc<MessageWithParts>>>;
+/// What this process keeps of a session it holds the lease of.
+struct HeldSession {
+    /// Its messages, shared with the rounds that read them.
+    messages: Vec<Arc<MessageWithParts>>,
+    /// Its own permission rules, which every permission decision of its
+    /// calls reads.
+    rules: Arc<[Rule]>,
+}
+
+type Held = HashMap<SessionId, HeldSession>;
 
 /// The ledger. Cheap to clone; all clones share one store, bus and cache.
 #[derive(Clone)]
 pub struct Ledger {
     store: Arc<dyn Store>,
     bus: Bus,
-    /// The messages of the sessions this process holds the runner lease of,
-    /// kept equal to their rows: loaded whole when the lease is taken,
-    /// updated by every write after it commits, dropped when the lease is
-    /// given back or found taken over. While the lease is held nobody else
-    /// may write them, so a round of the loop re-reads its history without
-    /// decoding it again.
+    /// The messages and rules of the sessions this process holds the runner
+    /// lease of, kept equal to their rows: loaded whole when the lease is
+    /// taken, updated by every write after it commits, dropped when the
+    /// lease is given back or found taken over. While the lease is held
+    /// nobody else may write them, so a round of the loop re-reads its
+    /// history without decoding it again, and a call's permission decisions
+    /// read the session's rules without a query.
     held: Arc<Mutex<Held>>,
     /// The fences of the sessions this process holds the lease of, from
     /// taking the lease until giving it back. Kept when a renewal fails (the
@@ -222,6 +231,15 @@ impl Ledger {
             .ok_or_else(|| CoreError::SessionNotFound(id.clone()))
     }
 
+    /// The session's own permission rules as they stand now (from the held
+    /// copy while this process holds its lease), or `SessionNotFound`.
+    pub async fn session_rules(&self, id: &SessionId) -> Result<Arc<[Rule]>> {
+        if let Some(held) = self.held().get(id) {
+            return Ok(held.rules.clone());
+        }
+        Ok(Arc::from(self.session(id).await?.permission))
+    }
+
     /// Every session, newest first.
     pub async fn sessions(&self) -> Result<Vec<SessionInfo>> {
         Ok(self.store.sessions().await?)
@@ -253,6 +271,9 @@ impl Ledger {
             })
             .await?
             .ok_or_else(|| CoreError::SessionNotFound(id.clone()))?;
+        if let Some(held) = self.held().get_mut(id) {
+            held.rules = Arc::from(info.permission.as_slice());
+        }
         self.bus.publish(Event::SessionUpdated {
             session: info.clone(),
         });
@@ -297,6 +318,7 @@ impl Ledger {
             return Err(CoreError::SessionNotFound(session.clone()));
         }
         if let Some(held) = self.held().get_mut(session) {
+            let held = &mut held.messages;
             match held.binary_search_by(|m| m.info.id().cmp(info.id())) {
                 Ok(i) => Arc::make_mut(&mut held[i]).info = info.clone(),
                 Err(i) => held.insert(
@@ -350,9 +372,11 @@ impl Ledger {
             PartWrite::Changed => None,
         };
         if let Some(held) = self.held().get_mut(&part.session_id)
-            && let Ok(m) = held.binary_search_by(|m| m.info.id().cmp(&part.message_id))
+            && let Ok(m) = held
+                .messages
+                .binary_search_by(|m| m.info.id().cmp(&part.message_id))
         {
-            let parts = &mut Arc::make_mut(&mut held[m]).parts;
+            let parts = &mut Arc::make_mut(&mut held.messages[m]).parts;
             match parts.binary_search_by(|p| p.id.cmp(&part.id)) {
                 Ok(i) => parts[i] = part.clone(),
                 Err(i) => parts.insert(i, part.clone()),
@@ -368,7 +392,11 @@ impl Ledger {
     /// Every message of a session with its parts, in id order.
     pub async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
         if let Some(held) = self.held().get(session) {
-            return Ok(held.iter().map(|m| MessageWithParts::clone(m)).collect());
+            return Ok(held
+                .messages
+                .iter()
+                .map(|m| MessageWithParts::clone(m))
+                .collect());
         }
         self.read_messages(session).await
     }
@@ -377,7 +405,7 @@ impl Ledger {
     /// process holds the session's lease (nothing is copied but pointers).
     pub async fn history(&self, session: &SessionId) -> Result<Vec<Arc<MessageWithParts>>> {
         if let Some(held) = self.held().get(session) {
-            return Ok(held.clone());
+            return Ok(held.messages.clone());
         }
         Ok(self
             .read_messages(session)
@@ -521,13 +549,17 @@ impl Ledger {
         };
         self.fences().insert(session.clone(), fence.clone());
         if !self.held().contains_key(session) {
-            let msgs = self
+            let info = self.session(session).await?;
+            let messages = self
                 .read_messages(session)
                 .await?
                 .into_iter()
                 .map(Arc::new)
                 .collect();
-            self.held().entry(session.clone()).or_insert(msgs);
+            self.held().entry(session.clone()).or_insert(HeldSession {
+                messages,
+                rules: Arc::from(info.permission),
+            });
         }
         Ok(Ok(fence))
     }
