@@ -514,6 +514,9 @@ impl<'a> Turn<'a> {
             progress: Arc::new(|_, _| {}),
         };
         self.runs.spawn(env, request);
+        // The call goes first: give it this worker now, before the rest of
+        // the step (its finish, the phases) is written.
+        runs::let_the_call_start().await;
         Ok(())
     }
 
