@@ -16,8 +16,8 @@ use warden_protocol::{
 
 use super::location::open_store;
 use super::phase::PhaseKind;
-use super::store::{Fence, Store};
-use super::{AuditEntry, LedgerError, id};
+use super::store::{Fence, Store, TimelineRow};
+use super::{AuditEntry, LedgerError, PartEvent, id};
 
 /// One ledger the checks open stores on.
 pub(crate) enum Place {
@@ -155,11 +155,20 @@ pub(crate) async fn every_write_with_a_taken_over_fence_is_refused_and_changes_n
 
     fenced(&s.id, a.check_fence(&s.id, &fa).await);
     fenced(&s.id, a.put_message(&user(&s.id), Some(&fa)).await);
-    fenced(&s.id, a.put_part(&tool(&first), true, &[], Some(&fa)).await);
     fenced(
         &s.id,
-        a.put_part(&tool(&first), true, &[entry(&s.id, "allowed")], Some(&fa))
+        a.put_part(&tool(&first), Some(TimelineRow::default()), &[], Some(&fa))
             .await,
+    );
+    fenced(
+        &s.id,
+        a.put_part(
+            &tool(&first),
+            Some(TimelineRow::default()),
+            &[entry(&s.id, "allowed")],
+            Some(&fa),
+        )
+        .await,
     );
     fenced(
         &s.id,
@@ -193,9 +202,14 @@ pub(crate) async fn every_write_with_a_taken_over_fence_is_refused_and_changes_n
     assert!(b.part_events(&s.id).await.unwrap().is_empty());
     assert!(b.phases(&s.id).await.unwrap().is_empty());
 
-    b.put_part(&tool(&first), true, &[entry(&s.id, "allowed")], Some(&fb))
-        .await
-        .unwrap();
+    b.put_part(
+        &tool(&first),
+        Some(TimelineRow::default()),
+        &[entry(&s.id, "allowed")],
+        Some(&fb),
+    )
+    .await
+    .unwrap();
     assert_eq!(b.messages(&s.id).await.unwrap()[0].parts.len(), 1);
     assert_eq!(b.audit_trail(&s.id).await.unwrap().len(), 1);
     assert_eq!(b.part_events(&s.id).await.unwrap().len(), 1);
@@ -279,7 +293,12 @@ pub(crate) async fn absence_is_a_value_and_a_refused_part_takes_its_audit_with_i
     store.create_session(&s).await.unwrap();
     let unwritten = user(&s.id);
     match store
-        .put_part(&tool(&unwritten), true, &[entry(&s.id, "allowed")], None)
+        .put_part(
+            &tool(&unwritten),
+            Some(TimelineRow::default()),
+            &[entry(&s.id, "allowed")],
+            None,
+        )
         .await
     {
         Err(LedgerError::Corrupt { what, .. }) => assert!(what.starts_with("part "), "{what}"),
@@ -347,7 +366,12 @@ pub(crate) async fn writers_at_once_all_land(place: Place) {
         writers.push(tokio::spawn(async move {
             // A tool call's state with its audit entry: numbered twice.
             store
-                .put_part(&call, true, &[entry(&id, &format!("p{n}"))], None)
+                .put_part(
+                    &call,
+                    Some(TimelineRow::default()),
+                    &[entry(&id, &format!("p{n}"))],
+                    None,
+                )
                 .await
                 .unwrap();
             store
@@ -432,7 +456,7 @@ pub(crate) async fn fill(store: &dyn Store, n: i64) -> SessionId {
         body: serde_json::from_value(json!({"type": "text", "text": format!("hello {n}")}))
             .unwrap(),
     };
-    store.put_part(&text, false, &[], None).await.unwrap();
+    store.put_part(&text, None, &[], None).await.unwrap();
     let mut call = tool(&second);
     let mut guest = entry(&s.id, "allowed");
     guest.message_id = Some(second.id().clone());
@@ -442,26 +466,35 @@ pub(crate) async fn fill(store: &dyn Store, n: i64) -> SessionId {
     guest.duration_us = Some(120);
     guest.at = 7;
     store
-        .put_part(&call, true, &[entry(&s.id, "allowed"), guest], None)
+        .put_part(
+            &call,
+            Some(TimelineRow::default()),
+            &[entry(&s.id, "allowed"), guest],
+            None,
+        )
         .await
         .unwrap();
     let running = ToolState::pending()
         .start(json!({"path": "a.txt"}), 10)
         .unwrap();
+    // A before hook rewrote the arguments: the call ends with others than
+    // it started with, and its last row keeps the first ones.
     let done = running
         .complete(
-            json!({"path": "a.txt"}),
+            json!({"path": "b.txt"}),
             "contents".into(),
-            "a.txt".into(),
+            "b.txt".into(),
             json!({"lines": 1}),
             25,
         )
         .unwrap();
-    for state in [running, done] {
+    let started = json!({"path": "a.txt"});
+    for (state, started_with) in [(running, None), (done, Some(&started))] {
         if let PartBody::Tool { state: s, .. } = &mut call.body {
             *s = state;
         }
-        store.put_part(&call, true, &[], None).await.unwrap();
+        let row = TimelineRow { started_with };
+        store.put_part(&call, Some(row), &[], None).await.unwrap();
     }
     let mut other = entry(&s.id, "denied");
     other.call_id = Some("c2".into());
@@ -516,6 +549,26 @@ pub(crate) async fn a_session_moves_whole(from: Place, to: Place) {
     assert_eq!(export.timeline.len(), 3);
     assert_eq!(export.audit.len(), 3);
     assert_eq!(export.phases.len(), 4);
+    // The call replays as it ran: started with the model's arguments,
+    // ended with the hook's, on both sides of the move.
+    let inputs = |events: &[PartEvent]| -> Vec<serde_json::Value> {
+        events
+            .iter()
+            .filter_map(|e| e.part.tool_state().map(|s| s.input().clone()))
+            .collect()
+    };
+    assert_eq!(
+        inputs(&export.timeline),
+        vec![json!({}), json!({"path": "a.txt"}), serde_json::Value::Null]
+    );
+    assert_eq!(
+        export
+            .last_inputs()
+            .into_values()
+            .cloned()
+            .collect::<Vec<_>>(),
+        vec![json!({"path": "b.txt"})]
+    );
     assert!(b.import_session(&export).await.unwrap());
     assert!(!b.import_session(&export).await.unwrap());
     assert_eq!(b.export_session(&id).await.unwrap().as_ref(), Some(&export));

@@ -37,7 +37,7 @@ pub use audit_query::{AuditFilter, DecisionClass};
 pub use error::LedgerError;
 pub use record::{AuditEntry, PartEvent};
 pub use sqlite::{IntegrityReport, SqliteStore, check_file};
-pub use store::{Fence, LeaseHeld, PromptState, QueuedPrompt, Store};
+pub use store::{Fence, LeaseHeld, PromptState, QueuedPrompt, Store, TimelineRow};
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -337,20 +337,25 @@ impl Ledger {
 
     /// Insert or update a part; see [`PartWrite`] for what is recorded.
     pub async fn put_part(&self, part: &Part, write: PartWrite<'_>) -> Result<()> {
-        self.put_part_with_audit(part, write, &[]).await
+        self.put_part_with_audit(part, write, None, &[]).await
     }
 
-    /// Record a tool part's new state (its row and a timeline event) and
-    /// `audit` in one transaction, then publish the part: a reader never
-    /// sees a call that ended without the decisions that ended it, or the
-    /// reverse.
-    pub async fn transition(&self, part: &Part, audit: &[AuditEntry]) -> Result<()> {
+    /// Record a tool part's new state (its row and a timeline row, see
+    /// [`TimelineRow`]) and `audit` in one transaction, then publish the
+    /// part: a reader never sees a call that ended without the decisions
+    /// that ended it, or the reverse.
+    pub async fn transition(
+        &self,
+        part: &Part,
+        row: TimelineRow<'_>,
+        audit: &[AuditEntry],
+    ) -> Result<()> {
         if !matches!(part.body, PartBody::Tool { .. }) {
             return Err(CoreError::Internal(
                 "a state transition was written for a part that is not a tool call".into(),
             ));
         }
-        self.put_part_with_audit(part, PartWrite::Changed, audit)
+        self.put_part_with_audit(part, PartWrite::Changed, Some(row), audit)
             .await
     }
 
@@ -358,11 +363,15 @@ impl Ledger {
         &self,
         part: &Part,
         write: PartWrite<'_>,
+        row: Option<TimelineRow<'_>>,
         audit: &[AuditEntry],
     ) -> Result<()> {
         // The timeline is of tool calls: their states are what a trace
         // replays. Other parts keep their content in their own row.
-        let timeline = write == PartWrite::Changed && matches!(part.body, PartBody::Tool { .. });
+        let timeline = match (write, &part.body) {
+            (PartWrite::Changed, PartBody::Tool { .. }) => Some(row.unwrap_or_default()),
+            _ => None,
+        };
         self.write(&part.session_id, async |fence| {
             self.store.put_part(part, timeline, audit, fence).await
         })

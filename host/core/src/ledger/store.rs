@@ -42,6 +42,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use serde_json::Value;
 use warden_protocol::{
     MessageId, MessageInfo, MessageWithParts, Millis, Part, Rule, SessionId, SessionInfo,
 };
@@ -64,6 +65,17 @@ pub struct SessionExport {
     pub audit: Vec<AuditEntry>,
     /// The phase marks, in order.
     pub phases: Vec<Phase>,
+}
+
+impl SessionExport {
+    /// The arguments each tool part ended with, as its row says, by part id.
+    pub fn last_inputs(&self) -> std::collections::HashMap<&str, &Value> {
+        self.messages
+            .iter()
+            .flat_map(|m| &m.parts)
+            .filter_map(|p| Some((p.id.as_str(), p.tool_state()?.input())))
+            .collect()
+    }
 }
 
 /// A message of a [`SessionExport`]: its header, when its row last changed
@@ -194,6 +206,16 @@ pub type HolderIsDead = dyn Fn(&str) -> bool + Send + Sync;
 /// reads and writes them, so two changes at once both land.
 pub type PermissionChange = Box<dyn FnOnce(&mut Vec<Rule>) + Send>;
 
+/// A tool call's state change as its timeline row records it, beyond the
+/// state itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TimelineRow<'a> {
+    /// For a call that finishes: the arguments it started running with. A
+    /// running row keeps no arguments (they are the part row's), so where a
+    /// before hook rewrote them the finishing row keeps these.
+    pub started_with: Option<&'a Value>,
+}
+
 /// A ledger backend. Object-safe: the core holds an `Arc<dyn Store>`.
 #[async_trait]
 pub trait Store: Send + Sync {
@@ -246,13 +268,13 @@ pub trait Store: Send + Sync {
     async fn put_message(&self, info: &MessageInfo, fence: Option<&Fence>) -> Result<bool>;
 
     /// Insert or update a part, in one fenced transaction with: a timeline
-    /// event when `timeline` (a tool call's state change), and `audit` (the
-    /// decisions that caused the change). A part whose message is missing
-    /// is refused as [`LedgerError::Corrupt`].
+    /// row when `timeline` is given (a tool call's state change), and
+    /// `audit` (the decisions that caused the change). A part whose message
+    /// is missing is refused as [`LedgerError::Corrupt`].
     async fn put_part(
         &self,
         part: &Part,
-        timeline: bool,
+        timeline: Option<TimelineRow<'_>>,
         audit: &[AuditEntry],
         fence: Option<&Fence>,
     ) -> Result<()>;

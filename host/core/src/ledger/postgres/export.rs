@@ -7,7 +7,7 @@ use deadpool_postgres::Transaction;
 use warden_protocol::SessionId;
 
 use super::{Result, audit, messages, phase, sessions, timeline};
-use crate::ledger::sqlite::timeline::adds;
+use crate::ledger::sqlite::timeline::{self as timeline_codec, adds};
 use crate::ledger::store::{ExportedMessage, SessionExport};
 
 /// The session whole, read inside `tx` (a repeatable-read snapshot).
@@ -80,7 +80,9 @@ pub async fn import(tx: &Transaction<'_>, export: &SessionExport) -> Result<bool
             messages::put_part(tx, p, &messages::encode_part(p)?).await?;
         }
     }
-    for e in &export.timeline {
+    let last = export.last_inputs();
+    let started = timeline_codec::started_with(&export.timeline, |part| last.get(part).copied());
+    for (e, started_with) in export.timeline.iter().zip(started) {
         if let Some(s) = e.part.tool_state() {
             timeline::insert_row(
                 tx,
@@ -88,7 +90,7 @@ pub async fn import(tx: &Transaction<'_>, export: &SessionExport) -> Result<bool
                 Some(e.seq),
                 s.status(),
                 Some(e.at),
-                adds(s).as_deref(),
+                adds(s, started_with).as_deref(),
             )
             .await?;
         }

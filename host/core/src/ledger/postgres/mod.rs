@@ -41,7 +41,7 @@ use super::store::SessionExport;
 use super::store::{
     Fence, HolderIsDead, LeaseHeld, PermissionChange, PromptState, QueuedPrompt, Store,
 };
-use super::{AuditEntry, LedgerError, PartEvent};
+use super::{AuditEntry, LedgerError, PartEvent, TimelineRow};
 
 type Result<T> = std::result::Result<T, LedgerError>;
 
@@ -319,14 +319,15 @@ impl Store for PgStore {
     async fn put_part(
         &self,
         part: &Part,
-        timeline: bool,
+        timeline: Option<TimelineRow<'_>>,
         audit: &[AuditEntry],
         fence: Option<&Fence>,
     ) -> Result<()> {
         let body = messages::encode_part(part)?;
         let mut c = self.client().await?;
         let tx = begin(&mut c).await?;
-        let event = timeline && part.tool_state().is_some();
+        let started_with = timeline.and_then(|t| t.started_with);
+        let event = timeline.is_some() && part.tool_state().is_some();
         let numbered = event || !audit.is_empty();
         // The hot path: the fence check, the session's lock, the part, its
         // timeline row and its audit rows go out in one flight (pipelined),
@@ -360,7 +361,7 @@ impl Store for PgStore {
             messages::put_part(&tx, part, &body),
             async {
                 match event {
-                    true => timeline::insert(&tx, part).await,
+                    true => timeline::insert(&tx, part, started_with).await,
                     false => Ok(()),
                 }
             },

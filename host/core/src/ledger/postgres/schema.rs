@@ -118,6 +118,10 @@ pub const MIGRATIONS: &[&str] = &[
     -- readers drop a stale runner's late events (relay/mod.rs).
     ALTER TABLE relay_outbox ADD COLUMN epoch BIGINT;
     "#,
+    // 4: no table changes. A running call's timeline row keeps no arguments
+    // and a completed one no title, as in SQLite's schema 8 (they are the
+    // part row's); an older warden would replay such calls without them.
+    "",
 ];
 
 /// The advisory lock key migrations run under (any fixed number).

@@ -5,11 +5,12 @@
 //! (`sqlite/timeline.rs`), so both backends replay a call identically.
 
 use deadpool_postgres::{GenericClient, Transaction};
-use warden_protocol::{MessageId, Millis, Part, PartBody, SessionId, ToolState};
+use serde_json::Value;
+use warden_protocol::{Millis, Part, SessionId, ToolState};
 
 use super::{NOW, Result};
-use crate::ledger::sqlite::timeline::{adds, state, time_of};
-use crate::ledger::{LedgerError, PartEvent};
+use crate::ledger::PartEvent;
+use crate::ledger::sqlite::timeline::{Row, adds, replay, time_of};
 
 /// A timeline row; `$6` its number, or NULL for the session's next; `$5`
 /// its time, or NULL for now on the database's clock.
@@ -22,8 +23,9 @@ pub fn insert_sql() -> String {
     )
 }
 
-/// Record a tool part's new state (the caller holds the session's row lock).
-pub async fn insert(tx: &Transaction<'_>, part: &Part) -> Result<()> {
+/// Record a tool part's new state (the caller holds the session's row
+/// lock); `started_with` as [`adds`] takes it.
+pub async fn insert(tx: &Transaction<'_>, part: &Part, started_with: Option<&Value>) -> Result<()> {
     let Some(s) = part.tool_state() else {
         return Ok(());
     };
@@ -32,7 +34,15 @@ pub async fn insert(tx: &Transaction<'_>, part: &Part) -> Result<()> {
         ToolState::Pending { .. } => None,
         other => Some(time_of(other, 0)),
     };
-    insert_row(tx, part, None, s.status(), at, adds(s).as_deref()).await
+    insert_row(
+        tx,
+        part,
+        None,
+        s.status(),
+        at,
+        adds(s, started_with).as_deref(),
+    )
+    .await
 }
 
 /// One timeline row; `seq` given (an import) or the session's next.
@@ -75,37 +85,17 @@ pub async fn read(c: &impl GenericClient, session: &SessionId) -> Result<Vec<Par
             &[&session.as_str()],
         )
         .await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for r in rows {
-        let seq: i64 = r.get(0);
-        let at: i64 = r.get(1);
-        let message_id: String = r.get(2);
-        let part_id: String = r.get(3);
-        let status: String = r.get(4);
-        let adds: Option<String> = r.get(5);
-        let body: Option<String> = r.get(6);
-        let corrupt = |reason: String| LedgerError::Corrupt {
-            what: format!("part event {seq}"),
-            reason,
-        };
-        let body = body.ok_or_else(|| corrupt(format!("its part {part_id} is missing")))?;
-        let mut envelope: PartBody =
-            serde_json::from_str(&body).map_err(|e| corrupt(e.to_string()))?;
-        let PartBody::Tool { state: s, .. } = &mut envelope else {
-            return Err(corrupt(format!("its part {part_id} is not a tool call")));
-        };
-        *s = state(&status, at, adds.as_deref()).map_err(corrupt)?;
-        out.push(PartEvent {
-            seq,
-            at,
-            message_id: MessageId(message_id.clone()),
-            part: Part {
-                id: part_id.into(),
-                session_id: session.clone(),
-                message_id: MessageId(message_id),
-                body: envelope,
-            },
-        });
-    }
-    Ok(out)
+    let rows = rows
+        .iter()
+        .map(|r| Row {
+            seq: r.get(0),
+            at: r.get(1),
+            message_id: r.get(2),
+            part_id: r.get(3),
+            status: r.get(4),
+            adds: r.get(5),
+            body: r.get(6),
+        })
+        .collect();
+    replay(session, rows)
 }

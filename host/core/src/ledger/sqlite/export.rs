@@ -54,11 +54,13 @@ pub fn import(
         messages::put_message(tx, &m.info, m.updated_at)?;
         for p in &m.parts {
             let body = messages::encode_part(p)?;
-            messages::put_part(tx, guests, p, &body, false, &[], 0)?;
+            messages::put_part(tx, guests, p, &body, None, &[], 0)?;
         }
     }
-    for e in &export.timeline {
-        timeline::insert_at(tx, &e.part, e.seq, e.at)?;
+    let last = export.last_inputs();
+    let started = timeline::started_with(&export.timeline, |part| last.get(part).copied());
+    for (e, started_with) in export.timeline.iter().zip(started) {
+        timeline::insert_at(tx, &e.part, started_with, e.seq, e.at)?;
     }
     audit::insert(tx, guests, &export.audit)?;
     for p in &export.phases {

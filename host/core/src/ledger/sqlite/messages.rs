@@ -84,14 +84,15 @@ pub fn put_message(tx: &Transaction<'_>, info: &MessageInfo, now: Millis) -> Res
     ])? > 0)
 }
 
-/// Insert or update a part (already encoded), its timeline row when asked,
-/// and `audit`, all inside `tx`.
+/// Insert or update a part (already encoded), its timeline row when asked
+/// (`Some`: with the arguments a finishing call started with, when a hook
+/// rewrote them), and `audit`, all inside `tx`.
 pub fn put_part(
     tx: &Transaction<'_>,
     guests: &audit::GuestKeys,
     part: &Part,
     body: &str,
-    timeline: bool,
+    timeline: Option<Option<&Value>>,
     entries: &[AuditEntry],
     now: Millis,
 ) -> Result<()> {
@@ -111,8 +112,8 @@ pub fn put_part(
             ),
         });
     }
-    if timeline {
-        timeline::insert(tx, part, now)?;
+    if let Some(started_with) = timeline {
+        timeline::insert(tx, part, started_with, now)?;
     }
     if !entries.is_empty() {
         audit::insert(tx, guests, entries)?;

@@ -41,7 +41,7 @@ use super::store::{
     Fence, HolderIsDead, LeaseHeld, PermissionChange, PromptState, QueuedPrompt, SessionExport,
     Store,
 };
-use super::{AuditEntry, LedgerError, PartEvent};
+use super::{AuditEntry, LedgerError, PartEvent, TimelineRow};
 use crate::clock::now_ms;
 use checkpoint::Checkpointer;
 
@@ -246,16 +246,18 @@ impl Store for SqliteStore {
     async fn put_part(
         &self,
         part: &Part,
-        timeline: bool,
+        timeline: Option<TimelineRow<'_>>,
         audit: &[AuditEntry],
         fence: Option<&Fence>,
     ) -> Result<()> {
         let body = messages::encode_part(part)?;
         let (part, audit, fence) = (part.clone(), audit.to_vec(), fence.cloned());
+        let timeline = timeline.map(|t| t.started_with.cloned());
         let guests = self.guests.clone();
         self.run(move |c| {
             write(c, &part.session_id, fence.as_ref(), |tx| {
-                messages::put_part(tx, &guests, &part, &body, timeline, &audit, now_ms())
+                let row = timeline.as_ref().map(|w| w.as_ref());
+                messages::put_part(tx, &guests, &part, &body, row, &audit, now_ms())
             })
         })
         .await

@@ -278,6 +278,11 @@ pub const MIGRATIONS: &[&str] = &[
     // (`codec.rs`). Such rows read back whole here; an older warden would
     // misread them, so the version goes up and it refuses the file instead.
     "",
+    // 8: no table changes. A running call's timeline row keeps no arguments
+    // (they are its part row's; a finishing row keeps them as `was` where a
+    // hook rewrote them) and a completed one no title (`timeline.rs`). An
+    // older warden would replay such calls with empty arguments.
+    "",
 ];
 
 /// Bring the schema up to date (refusing a ledger it cannot write).

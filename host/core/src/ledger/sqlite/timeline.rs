@@ -1,10 +1,12 @@
 //! The replayable timeline of tool calls: one row per state change, keeping
 //! only what the state adds. The call's envelope (id, tool name) is its part
-//! row's; content is written once, in the part row (the input when the call
-//! starts running is the one exception: it is what `running` adds). The row's
+//! row's, and so is its content: a running row keeps no arguments (they are
+//! the part's), a finished row no output, title or metadata. The one thing
+//! a part row cannot say is the arguments a call started with when a before
+//! hook rewrote them: the call's last row keeps those (`was`). The row's
 //! time is the state's own (a running call's start, a finished call's end,
 //! with its duration in `adds`). A state is read back as its defaults, then
-//! what its row adds.
+//! what its row adds, then what its part row says.
 
 use rusqlite::{Connection, params};
 use serde_json::{Map, Value, json};
@@ -29,43 +31,62 @@ pub(in crate::ledger) fn time_of(state: &ToolState, now: Millis) -> Millis {
     }
 }
 
-/// What a state has beyond its status, its time and the defaults a reader
-/// fills in; content is left out (it is in the part row), except a running
-/// call's input. A finished call keeps its duration (`d`, ms).
-pub(in crate::ledger) fn adds(state: &ToolState) -> Option<String> {
-    let mut v = serde_json::to_value(state).ok()?;
-    let obj = v.as_object_mut()?;
-    obj.remove("status");
-    obj.remove("time");
-    if let ToolState::Completed { time, .. } | ToolState::Error { time, .. } = state
-        && time.end != time.start
-    {
-        obj.insert("d".into(), (time.end - time.start).into());
-    }
+/// What a state has beyond its status, its time, its part row's content and
+/// the defaults a reader fills in: a running call's progress, a finished
+/// call's duration (`d`, ms), an error's text, and `was`, the arguments a
+/// finished call started with when they are not the ones it ended with.
+pub(in crate::ledger) fn adds(state: &ToolState, started_with: Option<&Value>) -> Option<String> {
+    let mut obj = Map::new();
     match state {
-        ToolState::Pending { .. } => {
-            obj.remove("raw");
-            obj.remove("input");
+        ToolState::Pending { .. } => {}
+        ToolState::Running {
+            title, metadata, ..
+        } => {
+            if let Some(t) = title.as_deref().filter(|t| !t.is_empty()) {
+                obj.insert("title".into(), t.into());
+            }
+            if let Some(m) = metadata {
+                obj.insert("metadata".into(), m.clone());
+            }
         }
-        ToolState::Running { .. } => {}
-        ToolState::Completed { .. } => {
-            obj.remove("input");
-            obj.remove("output");
-            obj.remove("metadata");
+        ToolState::Completed { time, .. } => {
+            duration(&mut obj, time);
         }
-        ToolState::Error { .. } => {
-            obj.remove("input");
-            obj.remove("metadata");
+        ToolState::Error {
+            error,
+            time,
+            interrupted,
+            ..
+        } => {
+            obj.insert("error".into(), error.as_str().into());
+            duration(&mut obj, time);
+            if *interrupted {
+                obj.insert("interrupted".into(), true.into());
+            }
         }
     }
-    if obj.get("title").is_some_and(|t| t == "") {
-        obj.remove("title");
+    if state.is_terminal()
+        && let Some(was) = started_with.filter(|w| *w != state.input())
+    {
+        obj.insert("was".into(), was.clone());
     }
-    (!obj.is_empty()).then(|| v.to_string())
+    (!obj.is_empty()).then(|| Value::Object(obj).to_string())
 }
 
-/// Record a tool part's new state.
-pub fn insert(conn: &Connection, part: &Part, now: Millis) -> Result<()> {
+fn duration(obj: &mut Map<String, Value>, time: &warden_protocol::tool_state::Span) {
+    if time.end != time.start {
+        obj.insert("d".into(), (time.end - time.start).into());
+    }
+}
+
+/// Record a tool part's new state; `started_with`: the arguments it started
+/// running with, when it finishes (see [`adds`]).
+pub fn insert(
+    conn: &Connection,
+    part: &Part,
+    started_with: Option<&Value>,
+    now: Millis,
+) -> Result<()> {
     let Some(state) = part.tool_state() else {
         return Ok(());
     };
@@ -75,13 +96,19 @@ pub fn insert(conn: &Connection, part: &Part, now: Millis) -> Result<()> {
         part.id.as_str(),
         codec::status_code(state.status()),
         time_of(state, now),
-        adds(state),
+        adds(state, started_with),
     ])?;
     Ok(())
 }
 
 /// A timeline row with its own number and time (an import).
-pub fn insert_at(conn: &Connection, part: &Part, seq: i64, at: Millis) -> Result<()> {
+pub fn insert_at(
+    conn: &Connection,
+    part: &Part,
+    started_with: Option<&Value>,
+    seq: i64,
+    at: Millis,
+) -> Result<()> {
     let Some(state) = part.tool_state() else {
         return Ok(());
     };
@@ -96,39 +123,140 @@ pub fn insert_at(conn: &Connection, part: &Part, seq: i64, at: Millis) -> Result
         part.id.as_str(),
         codec::status_code(state.status()),
         at,
-        adds(state),
+        adds(state, started_with),
         seq,
     ])?;
     Ok(())
 }
 
-/// A state from its status, its row's time and what its row adds (rows
-/// carried over from schema 1 add their whole state, times included).
-pub(in crate::ledger) fn state(
+/// One timeline row as a backend read it, in the session's order.
+pub(in crate::ledger) struct Row {
+    pub seq: i64,
+    pub at: Millis,
+    pub message_id: String,
+    pub part_id: String,
+    /// The status's name.
+    pub status: String,
+    pub adds: Option<String>,
+    /// The part row's body as JSON (with its `type`); `None` when the part
+    /// is missing.
+    pub body: Option<String>,
+}
+
+/// Replay a session's rows (in order): each state on its part's envelope,
+/// read back from its status, its time, what its row adds and what its part
+/// row says.
+pub(in crate::ledger) fn replay(session: &SessionId, rows: Vec<Row>) -> Result<Vec<PartEvent>> {
+    let corrupt = |seq: i64, reason: String| LedgerError::Corrupt {
+        what: format!("part event {seq}"),
+        reason,
+    };
+    let mut parsed = Vec::with_capacity(rows.len());
+    // The arguments each call started with, where a hook rewrote them.
+    let mut was: std::collections::HashMap<String, Value> = Default::default();
+    for row in rows {
+        let mut extra: Map<String, Value> = match &row.adds {
+            Some(adds) => {
+                serde_json::from_str(adds).map_err(|e| corrupt(row.seq, e.to_string()))?
+            }
+            None => Map::new(),
+        };
+        if let Some(w) = extra.remove("was") {
+            was.insert(row.part_id.clone(), w);
+        }
+        parsed.push((row, extra));
+    }
+    let mut out = Vec::with_capacity(parsed.len());
+    for (row, extra) in parsed {
+        let seq = row.seq;
+        let body = row
+            .body
+            .ok_or_else(|| corrupt(seq, format!("its part {} is missing", row.part_id)))?;
+        let mut envelope: PartBody =
+            serde_json::from_str(&body).map_err(|e| corrupt(seq, e.to_string()))?;
+        let PartBody::Tool { state: s, .. } = &mut envelope else {
+            return Err(corrupt(
+                seq,
+                format!("its part {} is not a tool call", row.part_id),
+            ));
+        };
+        let last = Last {
+            input: was.get(&row.part_id).unwrap_or(s.input()),
+            title: match &*s {
+                ToolState::Completed { title, .. } => title,
+                _ => "",
+            },
+        };
+        *s = state(&row.status, row.at, extra, &last).map_err(|e| corrupt(seq, e))?;
+        out.push(PartEvent {
+            seq,
+            at: row.at,
+            message_id: MessageId(row.message_id.clone()),
+            part: Part {
+                id: row.part_id.into(),
+                session_id: session.clone(),
+                message_id: MessageId(row.message_id),
+                body: envelope,
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// What a part row says that its timeline rows leave out.
+struct Last<'a> {
+    /// The arguments the call ran with: its last state's, or `was`.
+    input: &'a Value,
+    /// Its title, when it completed.
+    title: &'a str,
+}
+
+/// A state from its status, its row's time, what its row adds and what its
+/// part row says (rows carried over from schema 1 add their whole state,
+/// times included; rows before schema 8 keep a running call's arguments and
+/// a completed one's title themselves).
+fn state(
     status: &str,
     at: Millis,
-    adds: Option<&str>,
+    mut extra: Map<String, Value>,
+    last: &Last<'_>,
 ) -> std::result::Result<ToolState, String> {
-    let mut extra: Map<String, Value> = match adds {
-        Some(adds) => serde_json::from_str(adds).map_err(|e| e.to_string())?,
-        None => Map::new(),
-    };
     let start = at - extra.remove("d").and_then(|d| d.as_i64()).unwrap_or(0);
     let mut v = match status {
         "pending" => json!({"input": {}, "raw": ""}),
-        "running" => json!({"input": {}, "time": {"start": at}}),
+        "running" => json!({"input": last.input, "time": {"start": at}}),
         "completed" => {
-            json!({"input": null, "output": "", "title": "", "metadata": null, "time": {"start": start, "end": at}})
+            json!({"input": null, "output": "", "title": last.title, "metadata": null, "time": {"start": start, "end": at}})
         }
         _ => json!({"input": null, "error": "", "time": {"start": start, "end": at}}),
     };
     if let Some(obj) = v.as_object_mut() {
         obj.extend(extra);
-    }
-    if let Some(obj) = v.as_object_mut() {
         obj.insert("status".into(), status.into());
     }
     serde_json::from_value(v).map_err(|e| e.to_string())
+}
+
+/// For an import: the arguments each exported event's call started with,
+/// where they are not the ones it ended with (`parts`: each part's final
+/// state), so the copy's rows say what the original's said.
+pub(in crate::ledger) fn started_with<'a>(
+    events: &'a [PartEvent],
+    last_input: impl Fn(&str) -> Option<&'a Value>,
+) -> Vec<Option<&'a Value>> {
+    let mut running: std::collections::HashMap<&str, &Value> = Default::default();
+    events
+        .iter()
+        .map(|e| {
+            let state = e.part.tool_state()?;
+            if let ToolState::Running { input, .. } = state {
+                running.insert(e.part.id.as_str(), input);
+            }
+            let started = running.get(e.part.id.as_str()).copied()?;
+            (state.is_terminal() && last_input(e.part.id.as_str()) != Some(started))
+                .then_some(started)
+        })
+        .collect()
 }
 
 /// The session's timeline, in order, each state on its part's envelope.
@@ -141,7 +269,9 @@ pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<PartEvent>> {
          LEFT JOIN part p ON p.message = e.message AND p.id = e.part
          WHERE s.id = ?1 ORDER BY e.seq",
     )?;
-    let rows = stmt.query_map(params![session.as_str()], |r| {
+    let tool = codec::quoted("tool");
+    let mut rows = Vec::new();
+    for row in stmt.query_map(params![session.as_str()], |r| {
         Ok((
             r.get::<_, i64>(0)?,
             r.get::<_, i64>(1)?,
@@ -151,81 +281,146 @@ pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<PartEvent>> {
             r.get::<_, Option<String>>(5)?,
             r.get::<_, Option<String>>(6)?,
         ))
-    })?;
-    let tool = codec::quoted("tool");
-    let mut out = Vec::new();
-    for row in rows {
+    })? {
         let (seq, at, message_id, part_id, status, adds, body) = row?;
-        let corrupt = |reason: String| LedgerError::Corrupt {
+        let status = codec::status_name(status).ok_or_else(|| LedgerError::Corrupt {
             what: format!("part event {seq}"),
-            reason,
-        };
-        let status = codec::status_name(status)
-            .ok_or_else(|| corrupt(format!("unknown status code {status}")))?;
-        let body = body.ok_or_else(|| corrupt(format!("its part {part_id} is missing")))?;
-        let mut envelope: PartBody =
-            serde_json::from_str(&codec::splice(&body, &[("type", &tool)]))
-                .map_err(|e| corrupt(e.to_string()))?;
-        let PartBody::Tool { state: s, .. } = &mut envelope else {
-            return Err(corrupt(format!("its part {part_id} is not a tool call")));
-        };
-        *s = state(status, at, adds.as_deref()).map_err(corrupt)?;
-        out.push(PartEvent {
+            reason: format!("unknown status code {status}"),
+        })?;
+        rows.push(Row {
             seq,
             at,
-            message_id: MessageId(message_id.clone()),
-            part: Part {
-                id: part_id.into(),
-                session_id: session.clone(),
-                message_id: MessageId(message_id),
-                body: envelope,
-            },
+            message_id,
+            part_id,
+            status: status.to_string(),
+            adds,
+            body: body.map(|b| codec::splice(&b, &[("type", &tool)])),
         });
     }
-    Ok(out)
+    replay(session, rows)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn tool_part(state: &ToolState) -> String {
+        json!({"type": "tool", "callID": "c1", "tool": "echo", "state": state}).to_string()
+    }
+
+    fn row(seq: i64, state: &ToolState, adds: Option<String>, last: &ToolState) -> Row {
+        Row {
+            seq,
+            at: time_of(state, 1),
+            message_id: "msg_1".into(),
+            part_id: "prt_1".into(),
+            status: state.status().into(),
+            adds,
+            body: Some(tool_part(last)),
+        }
+    }
+
+    fn states(rows: Vec<Row>) -> Vec<ToolState> {
+        replay(&SessionId("ses_1".into()), rows)
+            .expect("replays")
+            .into_iter()
+            .map(|e| e.part.tool_state().expect("a tool part").clone())
+            .collect()
+    }
+
     #[test]
-    fn a_state_reads_back_from_what_it_adds() {
-        let running = ToolState::pending()
-            .start(json!({"a": 1}), 5)
-            .expect("pending starts");
-        let kept: Value = serde_json::from_str(&adds(&running).expect("running adds")).unwrap();
-        assert_eq!(kept, json!({"input": {"a": 1}}));
-        assert_eq!(time_of(&running, 7), 5);
-        assert_eq!(
-            state("running", 5, adds(&running).as_deref()).expect("reads"),
-            running
-        );
+    fn a_call_reads_back_from_its_rows_and_its_part() {
+        let pending = ToolState::pending();
+        let running = pending.start(json!({"a": 1}), 5).expect("starts");
         let done = running
             .complete(
                 json!({"a": 1}),
                 "out".into(),
-                String::new(),
+                "a title".into(),
                 json!({"k": 1}),
                 9,
             )
-            .expect("running completes");
-        // Content stays in the part row: not the output, not the metadata.
-        let kept = adds(&done).expect("a completed state adds its times");
-        assert!(!kept.contains("out") && !kept.contains("\"k\""), "{kept}");
-        assert_eq!(time_of(&done, 11), 9);
-        match state("completed", 9, adds(&done).as_deref()).expect("reads") {
+            .expect("completes");
+        // Content stays in the part row: no arguments, output, title or metadata.
+        assert_eq!(adds(&pending, None), None);
+        assert_eq!(adds(&running, None), None);
+        let kept =
+            adds(&done, Some(&json!({"a": 1}))).expect("a completed state adds its duration");
+        assert_eq!(kept, r#"{"d":4}"#);
+        assert_eq!((time_of(&running, 7), time_of(&done, 11)), (5, 9));
+
+        let read = states(vec![
+            row(1, &pending, adds(&pending, None), &done),
+            row(2, &running, adds(&running, None), &done),
+            row(3, &done, Some(kept), &done),
+        ]);
+        assert_eq!(read[0], pending);
+        assert_eq!(read[1], running);
+        match &read[2] {
             ToolState::Completed {
                 input,
                 output,
+                title,
                 time,
                 ..
             } => {
-                assert_eq!((input, output.as_str()), (Value::Null, ""));
+                assert_eq!(
+                    (input, output.as_str(), title.as_str()),
+                    (&Value::Null, "", "a title")
+                );
                 assert_eq!((time.start, time.end), (5, 9));
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(adds(&ToolState::pending()), None);
+    }
+
+    #[test]
+    fn arguments_a_hook_rewrote_keep_the_ones_the_call_started_with() {
+        let running = ToolState::pending()
+            .start(json!({"path": "a"}), 5)
+            .expect("starts");
+        let done = running
+            .fail_with(json!({"path": "b"}), "no".into(), None, 8)
+            .expect("fails");
+        let kept = adds(&done, Some(&json!({"path": "a"}))).expect("adds");
+        assert!(kept.contains(r#""was":{"path":"a"}"#), "{kept}");
+        let read = states(vec![
+            row(1, &running, adds(&running, None), &done),
+            row(2, &done, Some(kept), &done),
+        ]);
+        assert_eq!(read[0], running);
+        assert!(
+            matches!(&read[1], ToolState::Error { error, time, .. } if error == "no" && time.start == 5)
+        );
+        // An import writes what the export read: the same `was`.
+        let events = replay(
+            &SessionId("ses_1".into()),
+            vec![
+                row(1, &running, adds(&running, None), &done),
+                row(2, &done, adds(&done, Some(&json!({"path": "a"}))), &done),
+            ],
+        )
+        .expect("replays");
+        let last = json!({"path": "b"});
+        assert_eq!(
+            started_with(&events, |_| Some(&last)),
+            vec![None, Some(&json!({"path": "a"}))]
+        );
+    }
+
+    #[test]
+    fn rows_written_before_schema_8_keep_their_own_arguments_and_title() {
+        let running = ToolState::pending()
+            .start(json!({"a": 1}), 5)
+            .expect("starts");
+        let done = running
+            .complete(json!({"a": 2}), "out".into(), "new".into(), json!({}), 9)
+            .expect("completes");
+        let read = states(vec![
+            row(1, &running, Some(r#"{"input":{"a":1}}"#.into()), &done),
+            row(2, &done, Some(r#"{"title":"old","d":4}"#.into()), &done),
+        ]);
+        assert_eq!(read[0], running);
+        assert!(matches!(&read[1], ToolState::Completed { title, .. } if title == "old"));
     }
 }

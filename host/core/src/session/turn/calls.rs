@@ -13,7 +13,7 @@ use warden_protocol::{CallId, MessageId, Part, PartBody, SessionId, ToolState, T
 use crate::boundary::{CallFailure, CallOutcome};
 use crate::clock::now_ms;
 use crate::error::Result;
-use crate::ledger::{AuditEntry, Ledger, PartWrite, id};
+use crate::ledger::{AuditEntry, Ledger, PartWrite, TimelineRow, id};
 use crate::tool::ToolOutput;
 
 /// Progress is written to the ledger at most this often per call.
@@ -80,7 +80,9 @@ impl<'a> CallTable<'a> {
                 ignored: false,
             },
         };
-        self.ledger.transition(&part, &[]).await?;
+        self.ledger
+            .transition(&part, TimelineRow::default(), &[])
+            .await?;
         self.parts.push(part);
         Ok(self.parts.len() - 1)
     }
@@ -291,7 +293,9 @@ impl<'a> CallTable<'a> {
                 && let Some(next) = state.interrupt(reason, now)
             {
                 *state = next;
-                ledger.transition(&part, &[]).await?;
+                ledger
+                    .transition(&part, TimelineRow::default(), &[])
+                    .await?;
             }
         }
         Ok(())
@@ -312,7 +316,9 @@ impl<'a> CallTable<'a> {
         {
             *state = next;
             *ignored |= set_aside;
-            self.ledger.transition(&self.parts[idx], &[]).await?;
+            self.ledger
+                .transition(&self.parts[idx], TimelineRow::default(), &[])
+                .await?;
         }
         Ok(())
     }
@@ -328,15 +334,24 @@ impl<'a> CallTable<'a> {
     ) -> Result<()> {
         let now = now_ms();
         let part = &mut self.parts[idx];
+        // The state left behind: a finishing call's row keeps the arguments
+        // it started with when a hook rewrote them.
+        let mut before = None;
         if let PartBody::Tool { state, call_id, .. } = &mut part.body {
             match f(state, now) {
-                Ok(next) => *state = next,
+                Ok(next) => before = Some(std::mem::replace(state, next)),
                 Err(e) => {
                     tracing::warn!(call_id = %call_id, "{e}");
                     return self.ledger.audit_all(audit).await;
                 }
             }
         }
-        self.ledger.transition(part, audit).await
+        let row = TimelineRow {
+            started_with: match &before {
+                Some(ToolState::Running { input, .. }) => Some(input),
+                _ => None,
+            },
+        };
+        self.ledger.transition(part, row, audit).await
     }
 }
