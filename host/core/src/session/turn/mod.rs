@@ -275,7 +275,19 @@ impl<'a> Turn<'a> {
                 _ = cancel.cancelled() => return Err(Halt::Cancelled),
                 Some(fb) = rx.recv() => self.apply(fb).await?,
                 ev = stream.next() => match ev {
-                    Some(ev) => self.handle(ev).await?,
+                    Some(ev) => {
+                        // A step finishes after its calls do, as the seeds'
+                        // stream has it (a call's result comes before the
+                        // step's finish): the turn writes nothing of its own
+                        // beside a running call, whose result is the step's
+                        // critical path.
+                        if matches!(ev, LlmEvent::FinishStep { .. } | LlmEvent::Finish { .. })
+                            && self.settle_calls(rx).await?
+                        {
+                            return Err(Halt::Cancelled);
+                        }
+                        self.handle(ev).await?
+                    }
                     None => break,
                 },
             }
@@ -295,14 +307,24 @@ impl<'a> Turn<'a> {
     /// Wait for the tool calls still running; `true` if the session was
     /// cancelled meanwhile (the calls are then stopped).
     async fn drain(&mut self, rx: &mut mpsc::UnboundedReceiver<Feedback>) -> Result<bool> {
+        if self.settle_calls(rx).await? {
+            self.runs.stop_all().await;
+            self.step.info.error.get_or_insert(MessageError::Aborted {
+                message: "the session was cancelled".into(),
+            });
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Apply the results of the calls still running until there are none;
+    /// `true` as soon as the session is cancelled (the calls go on: the
+    /// caller stops them).
+    async fn settle_calls(&mut self, rx: &mut mpsc::UnboundedReceiver<Feedback>) -> Result<bool> {
         while self.runs.in_flight() > 0 {
             tokio::select! {
                 biased;
-                _ = self.cancel.cancelled() => {
-                    self.runs.stop_all().await;
-                    self.step.info.error.get_or_insert(MessageError::Aborted { message: "the session was cancelled".into() });
-                    return Ok(true);
-                }
+                _ = self.cancel.cancelled() => return Ok(true),
                 Some(fb) = rx.recv() => self.apply(fb).await?,
                 // A call task that died without reporting (a bug, a panic) must
                 // not leave the step waiting for it forever.
@@ -514,9 +536,6 @@ impl<'a> Turn<'a> {
             progress: Arc::new(|_, _| {}),
         };
         self.runs.spawn(env, request);
-        // The call goes first: give it this worker now, before the rest of
-        // the step (its finish, the phases) is written.
-        runs::let_the_call_start().await;
         Ok(())
     }
 

@@ -101,26 +101,3 @@ impl Runs {
         self.tasks.shutdown().await;
     }
 }
-
-/// Yield once, so a call just spawned runs before the turn goes on.
-///
-/// A task spawned from a worker waits in that worker's next-task slot until
-/// the spawning task stops; the turn, whose stream and ledger writes are
-/// usually ready at once, would only stop after writing the rest of its
-/// step. Waking itself before it returns `Pending` puts the turn at the
-/// back of the worker's queue instead, where another worker may take it,
-/// and the call runs now. (tokio's own `yield_now` defers the turn until
-/// the worker runs out of work, which would park it behind the call.)
-pub(super) async fn let_the_call_start() {
-    let mut yielded = false;
-    std::future::poll_fn(|cx| {
-        if yielded {
-            std::task::Poll::Ready(())
-        } else {
-            yielded = true;
-            cx.waker().wake_by_ref();
-            std::task::Poll::Pending
-        }
-    })
-    .await
-}
