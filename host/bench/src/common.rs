@@ -123,16 +123,26 @@ pub type CallKey = (String, String);
 
 /// The two ends of every tool call of a run: when the provider handed the
 /// processor the model's tool call, and when a bus subscriber received the
-/// call's completed part; with every ledger write the bus carried, to count
-/// the transactions a call's window really holds.
+/// call's completed part.
 #[derive(Default)]
 pub struct CallClock {
     pub called: Mutex<HashMap<CallKey, Instant>>,
     pub completed: Mutex<HashMap<CallKey, Instant>>,
-    /// Per session: when each ledger write (message or part) was received.
-    pub writes: Mutex<HashMap<String, Vec<Instant>>>,
     /// Events the subscriber missed (it fell behind the bus).
     pub lagged: Mutex<u64>,
+}
+
+/// One timed call: from its tool call to its completed part on the bus.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub start: Instant,
+    pub end: Instant,
+}
+
+impl Window {
+    pub fn duration(&self) -> Duration {
+        self.end.saturating_duration_since(self.start)
+    }
 }
 
 impl CallClock {
@@ -147,32 +157,17 @@ impl CallClock {
                 match rx.blocking_recv() {
                     Ok(event) => {
                         let now = Instant::now();
-                        match &*event {
-                            Event::PartUpdated { part, delta } => {
-                                lock(&c.writes)
-                                    .entry(part.session_id.as_str().to_string())
-                                    .or_default()
-                                    .push(now);
-                                if delta.is_none()
-                                    && let PartBody::Tool {
-                                        call_id,
-                                        state: ToolState::Completed { .. },
-                                        ..
-                                    } = &part.body
-                                {
-                                    lock(&c.completed).insert(
-                                        (part.session_id.as_str().to_string(), call_id.clone()),
-                                        now,
-                                    );
-                                }
-                            }
-                            Event::MessageUpdated { info } => {
-                                lock(&c.writes)
-                                    .entry(info.session_id().as_str().to_string())
-                                    .or_default()
-                                    .push(now);
-                            }
-                            _ => {}
+                        if let Event::PartUpdated { part, delta: None } = &*event
+                            && let PartBody::Tool {
+                                call_id,
+                                state: ToolState::Completed { .. },
+                                ..
+                            } = &part.body
+                        {
+                            lock(&c.completed).insert(
+                                (part.session_id.as_str().to_string(), call_id.clone()),
+                                now,
+                            );
                         }
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
@@ -208,25 +203,21 @@ impl CallClock {
         );
     }
 
-    /// Each call's time from its tool call to its completed part, and how
-    /// many ledger writes the bus carried in that window (per call, in the
-    /// order of the calls' start).
-    pub fn windows(&self) -> Vec<(Duration, usize)> {
+    /// Each completed call's window, in the order the calls started.
+    pub fn windows(&self) -> Vec<Window> {
         let called = lock(&self.called);
         let completed = lock(&self.completed);
-        let writes = lock(&self.writes);
-        let mut out: Vec<(Instant, Duration, usize)> = Vec::new();
-        for (key, start) in called.iter() {
-            let Some(end) = completed.get(key) else {
-                continue;
-            };
-            let n = writes
-                .get(&key.0)
-                .map_or(0, |w| w.iter().filter(|t| *t > start && *t <= end).count());
-            out.push((*start, end.saturating_duration_since(*start), n));
-        }
-        out.sort_by_key(|w| w.0);
-        out.into_iter().map(|(_, d, n)| (d, n)).collect()
+        let mut out: Vec<Window> = called
+            .iter()
+            .filter_map(|(key, start)| {
+                completed.get(key).map(|end| Window {
+                    start: *start,
+                    end: *end,
+                })
+            })
+            .collect();
+        out.sort_by_key(|w| w.start);
+        out
     }
 }
 

@@ -13,6 +13,7 @@
 
 mod alloc;
 mod common;
+mod counted;
 mod floor;
 mod ingest;
 mod languages;

@@ -8,15 +8,18 @@
 //! row, the channel hop back and the completed write.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
 use serde_json::json;
+use warden_core::ledger::{SqliteStore, Store};
 use warden_core::{Bus, Ledger, PromptInput};
 use warden_llm::Models;
 use warden_protocol::ModelRef;
 
-use crate::common::{self, CallClock};
+use crate::common::{self, CallClock, Window};
+use crate::counted::{self, Counted};
 use crate::floor::Floors;
 use crate::stats::{Summary, fmt_us, median, summarize, summary_value};
 use crate::table::{Row, row};
@@ -29,9 +32,13 @@ const STEPS_PER_SESSION: usize = 200;
 pub struct Run {
     /// Each call, from its tool call to its completed part on the bus.
     pub calls: Summary,
-    /// The transactions a call's window holds (the ledger writes the bus
-    /// carried in it, median, + the call's audit row).
-    pub txns: f64,
+    /// The ledger's transactions that ended inside a call's window (median
+    /// over the calls), counted at the backend, and the names of those of
+    /// the median window.
+    pub writes: f64,
+    pub write_names: Vec<&'static str>,
+    /// Reads the backend answered inside a call's window (median).
+    pub reads: f64,
     /// Events the bus subscriber missed.
     pub lagged: u64,
     /// The guest calls' medians as the audit trail recorded them, µs:
@@ -39,15 +46,52 @@ pub struct Run {
     pub guest: (f64, f64, f64),
 }
 
-/// Run P1's sessions on `ledger` (SQLite or PostgreSQL), at least `n`
-/// timed calls, in a project folder `name` of `work`.
-pub async fn run(work: &Path, name: &str, ledger: Ledger, n: usize) -> Result<Run> {
+impl Run {
+    /// "5 transactions (put_part ×3, …) and 1 read".
+    pub fn counted(&self) -> String {
+        let mut names: Vec<(&str, usize)> = Vec::new();
+        for n in &self.write_names {
+            match names.iter_mut().find(|(m, _)| m == n) {
+                Some((_, k)) => *k += 1,
+                None => names.push((n, 1)),
+            }
+        }
+        let names: Vec<String> = names
+            .iter()
+            .map(|(n, k)| {
+                if *k > 1 {
+                    format!("{n} ×{k}")
+                } else {
+                    n.to_string()
+                }
+            })
+            .collect();
+        format!(
+            "{:.0} transactions ({}) and {:.0} reads",
+            self.writes,
+            names.join(", "),
+            self.reads
+        )
+    }
+}
+
+/// Run P1's sessions on `store` (SQLite or PostgreSQL), at least `n` timed
+/// calls, in a project folder `name` of `work`. The store is counted
+/// ([`counted`]): every transaction that ends inside a call's window is one
+/// the call's path waited for or ran beside.
+pub async fn run(work: &Path, name: &str, store: Arc<dyn Store>, n: usize) -> Result<Run> {
     let project = work.join(name);
     std::fs::create_dir_all(&project)?;
     let config = common::guest_config(true)?;
     let host = common::host(work, &config).await?;
     let models = Models::new();
-    let core = common::core_with(ledger, host, config, models.clone())?;
+    let (counted, store_calls) = Counted::new(store);
+    let core = common::core_with(
+        Ledger::new(counted, Bus::new()),
+        host,
+        config,
+        models.clone(),
+    )?;
     let clock = CallClock::watch(core.bus());
     // `Models` clones share one registry: the core resolves `stamped` too.
     clock.stamp_calls(&models);
@@ -79,15 +123,23 @@ pub async fn run(work: &Path, name: &str, ledger: Ledger, n: usize) -> Result<Ru
     }
     // Let the subscriber take the last events off the bus.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let windows: Vec<(Duration, usize)> = clock.windows().into_iter().skip(skip).collect();
+    let windows: Vec<Window> = clock.windows().into_iter().skip(skip).collect();
     anyhow::ensure!(!windows.is_empty(), "no tool call was timed");
     let lagged = *clock.lagged.lock().unwrap_or_else(|p| p.into_inner());
-
-    let calls = summarize(&windows.iter().map(|w| w.0).collect::<Vec<_>>());
-    // The transactions the window really holds: the ledger writes the bus
-    // carried in it, and the call's audit row (not published).
-    let mut writes: Vec<f64> = windows.iter().map(|w| w.1 as f64).collect();
-    let txns = median(&mut writes) + 1.0;
+    let calls = summarize(&windows.iter().map(Window::duration).collect::<Vec<_>>());
+    // What the backend did inside each window.
+    let store_calls = store_calls
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let mut inside: Vec<(Vec<&'static str>, usize)> = windows
+        .iter()
+        .map(|w| counted::within(&store_calls, w.start, w.end))
+        .collect();
+    inside.sort_by_key(|(writes, _)| writes.len());
+    let write_names = inside[inside.len() / 2].0.clone();
+    let mut writes: Vec<f64> = inside.iter().map(|(w, _)| w.len() as f64).collect();
+    let mut reads: Vec<f64> = inside.iter().map(|(_, r)| *r as f64).collect();
 
     // The guest calls inside it, as the audit trail recorded them (WasmHost
     // timing: fresh instance, grants, limits).
@@ -106,49 +158,53 @@ pub async fn run(work: &Path, name: &str, ledger: Ledger, n: usize) -> Result<Ru
     };
     Ok(Run {
         calls,
-        txns,
+        writes: median(&mut writes),
+        write_names,
+        reads: median(&mut reads),
         lagged,
         guest: (stage("before"), stage("tool"), stage("after")),
     })
 }
 
 pub async fn measure(work: &Path, floors: &Floors, n: usize) -> Result<Vec<Row>> {
-    let ledger = Ledger::open(&work.join("p1.db"), Bus::new())?;
-    let Run {
-        calls: p1,
-        txns,
-        lagged,
-        guest: (g_before, g_tool, g_after),
-    } = run(work, "p1", ledger, n).await?;
+    let store = Arc::new(SqliteStore::open(&work.join("p1.db"))?);
+    let run = run(work, "p1", store, n).await?;
+    let (p1, g) = (&run.calls, run.guest);
     let floor = floors.tool.median_us
         + floors.before.median_us
         + floors.after.median_us
-        + txns * floors.txn.median_us;
+        + run.writes * floors.txn.median_us;
 
     Ok(vec![
         row(
             "P1",
             "single-call step, from the model's tool call leaving the provider stream to its completed part received on the bus: the real processor, 3 guest calls (hook before, `echo` 1 KiB, hook after)",
-            summary_value(&p1),
+            summary_value(p1),
         )
         .against(
             format!(
-                "bare floor: 3 bare guest calls + {txns:.0} bare transactions = {}",
+                "bare floor: 3 bare guest calls + {:.0} bare transactions = {}",
+                run.writes,
                 fmt_us(floor)
             ),
             p1.median_us / floor,
             Some(2.0),
         )
         .note(format!(
-            "target ≤ 2×; {txns:.0} transactions = the ledger writes the bus carried in the window + the call's audit row; {} calls{}",
+            "target ≤ 2×; in the window, counted at the ledger's backend: {}; {} calls{}",
+            run.counted(),
             p1.samples,
-            if lagged > 0 { format!("; the subscriber missed {lagged} events") } else { String::new() }
+            if run.lagged > 0 {
+                format!("; the subscriber missed {} events", run.lagged)
+            } else {
+                String::new()
+            }
         ))
-        .data(json!({"p1": p1, "floor_us": floor, "transactions": txns, "lagged": lagged})),
+        .data(json!({"p1": p1, "floor_us": floor, "transactions": run.writes, "reads": run.reads, "lagged": run.lagged})),
         row(
             "P1",
             "… of which the guest calls, as warden timed them (WasmHost, audit trail): before / tool / after",
-            format!("{} / {} / {}", fmt_us(g_before), fmt_us(g_tool), fmt_us(g_after)),
+            format!("{} / {} / {}", fmt_us(g.0), fmt_us(g.1), fmt_us(g.2)),
         )
         .against(
             format!(
@@ -157,10 +213,10 @@ pub async fn measure(work: &Path, floors: &Floors, n: usize) -> Result<Vec<Row>>
                 fmt_us(floors.tool.median_us),
                 fmt_us(floors.after.median_us)
             ),
-            (g_before + g_tool + g_after)
+            (g.0 + g.1 + g.2)
                 / (floors.before.median_us + floors.tool.median_us + floors.after.median_us),
             None,
         )
-        .data(json!({"before_us": g_before, "tool_us": g_tool, "after_us": g_after})),
+        .data(json!({"before_us": g.0, "tool_us": g.1, "after_us": g.2})),
     ])
 }

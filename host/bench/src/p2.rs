@@ -25,7 +25,7 @@ struct Scripted {
     per_step_us: f64,
     /// The file after a checkpoint.
     db_bytes: u64,
-    /// Each call's input (twice: its part row and its running timeline row) and output.
+    /// Each call's input and output, as its part row keeps them.
     tool_bytes: u64,
 }
 
@@ -57,7 +57,7 @@ async fn scripted(work: &Path, project: &Path, name: &str, steps: usize) -> Resu
         .flat_map(|m| m.parts.iter())
         .filter_map(|p| match p.tool_state() {
             Some(ToolState::Completed { input, output, .. }) => {
-                Some((2 * input.to_string().len() + output.len()) as u64)
+                Some((input.to_string().len() + output.len()) as u64)
             }
             _ => None,
         })
@@ -106,7 +106,7 @@ pub async fn loop_speed(work: &Path, steps: usize) -> Result<Vec<Row>> {
             format!("{per_step_bytes:.0} B"),
         )
         .against("target 1 KB", per_step_bytes / 1024.0, Some(1.0))
-        .note(format!("each file after a checkpoint, minus each call's input (twice: its part row and its running timeline row) and output; the difference between the two files over the {} steps between them. The whole {steps}-step file over its steps: {whole:.0} B (schema, session and prompt included)", steps - short_steps))
+        .note(format!("each file after a checkpoint, minus each call's input and output (kept once, in its part row); the difference between the two files over the {} steps between them. The whole {steps}-step file over its steps: {whole:.0} B (schema, session and prompt included)", steps - short_steps))
         .data(json!({"ledger_bytes": long.db_bytes, "tool_bytes": long.tool_bytes, "steps": steps, "short_ledger_bytes": short.db_bytes, "short_tool_bytes": short.tool_bytes, "short_steps": short_steps, "whole_file_per_step": whole})),
     );
 

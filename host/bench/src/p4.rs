@@ -139,7 +139,7 @@ pub async fn measure(work: &Path, ns: &[usize]) -> Result<Vec<Row>> {
             took += batch(&core, n, &project, &stamped).await?;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let windows: Vec<Duration> = clock.windows().into_iter().map(|w| w.0).collect();
+        let windows: Vec<Duration> = clock.windows().iter().map(|w| w.duration()).collect();
         let lagged = *clock.lagged.lock().unwrap_or_else(|p| p.into_inner());
         let s = summarize(&windows);
         let guest = summarize(&timed_host.samples.lock().unwrap_or_else(|p| p.into_inner()));

@@ -19,9 +19,11 @@ mod hosts;
 mod writes;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use serde_json::json;
+use warden_core::ledger::{SqliteStore, Store};
 use warden_core::{Bus, Ledger};
 
 use crate::p1;
@@ -73,9 +75,13 @@ async fn database() -> Result<String> {
 
 /// A ledger on a fresh database, as `warden --ledger postgres://…` opens one.
 async fn pg_ledger() -> Result<Ledger> {
+    Ok(Ledger::new(pg_store().await?, Bus::new()))
+}
+
+/// The backend of [`pg_ledger`].
+async fn pg_store() -> Result<Arc<dyn Store>> {
     let url = database().await?;
-    let store = warden_core::ledger::location::open_store(&url).await?;
-    Ok(Ledger::new(store, Bus::new()))
+    Ok(warden_core::ledger::location::open_store(&url).await?)
 }
 
 fn sqlite_ledger(work: &Path, name: &str) -> Result<Ledger> {
@@ -164,20 +170,12 @@ pub async fn measure(work: &Path, sizes: &Sizes) -> Result<Vec<Row>> {
     );
 
     // 3. One tool call through the real processor (P1's own code).
-    let p1_sqlite = p1::run(
-        work,
-        "pg-p1-sqlite",
-        sqlite_ledger(work, "pg-p1")?,
-        sizes.p1_calls,
-    )
-    .await?;
-    let p1_pg = p1::run(work, "pg-p1-pg", pg_ledger().await?, sizes.p1_calls).await?;
+    let sqlite_store = Arc::new(SqliteStore::open(&work.join("pg-p1.db"))?);
+    let p1_sqlite = p1::run(work, "pg-p1-sqlite", sqlite_store, sizes.p1_calls).await?;
+    let p1_pg = p1::run(work, "pg-p1-pg", pg_store().await?, sizes.p1_calls).await?;
     let step = "P1's single-call step through the real processor (model's tool call leaving the provider stream → completed part on the bus; hook before, `echo` 1 KiB, hook after)";
     let p1_note = |r: &p1::Run| {
-        let mut note = format!(
-            "{} calls; {:.0} transactions per call (ledger writes the bus carried in the window + the audit row)",
-            r.calls.samples, r.txns
-        );
+        let mut note = format!("{} calls; {} per call", r.calls.samples, r.counted());
         if r.lagged > 0 {
             note.push_str(&format!("; the subscriber missed {} events", r.lagged));
         }
@@ -190,7 +188,7 @@ pub async fn measure(work: &Path, sizes: &Sizes) -> Result<Vec<Row>> {
             summary_value(&p1_sqlite.calls),
         )
         .note(p1_note(&p1_sqlite))
-        .data(json!({"calls": p1_sqlite.calls, "transactions": p1_sqlite.txns})),
+        .data(json!({"calls": p1_sqlite.calls, "transactions": p1_sqlite.writes})),
     );
     rows.push(
         row(
@@ -204,7 +202,7 @@ pub async fn measure(work: &Path, sizes: &Sizes) -> Result<Vec<Row>> {
             None,
         )
         .note(p1_note(&p1_pg))
-        .data(json!({"calls": p1_pg.calls, "transactions": p1_pg.txns})),
+        .data(json!({"calls": p1_pg.calls, "transactions": p1_pg.writes})),
     );
 
     // 4. Sessions per second across hosts on one database.
