@@ -103,9 +103,8 @@ pub async fn serve(reply: Reply, epoch: Instant) -> Mock {
                             continue;
                         }
                     };
-                    let results = String::from_utf8_lossy(&body)
-                        .matches("\"role\":\"tool\"")
-                        .count();
+                    // The results the request carries: the step it asks for.
+                    let results = memchr::memmem::find_iter(&body, br#""role":"tool""#).count();
                     let sse = if results < steps {
                         format!(
                             "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"tool_calls\":[{{\"index\":0,\"id\":\"call_{results}\",\"type\":\"function\",\"function\":{{\"name\":\"{tool}\",\"arguments\":{}}}}}]}},\"finish_reason\":null}}]}}\n\n\

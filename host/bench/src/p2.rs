@@ -7,11 +7,15 @@ use std::time::Instant;
 
 use anyhow::Result;
 use serde_json::json;
-use warden_core::PromptInput;
+use std::sync::Arc;
+
+use warden_core::ledger::{Ledger, SqliteStore};
+use warden_core::{Bus, PromptInput};
 use warden_llm::Models;
 use warden_protocol::{ModelRef, ToolState};
 
 use crate::common::{self, timed};
+use crate::counted::{self, Counted};
 use crate::stats::fmt_us;
 use crate::table::{Row, row};
 
@@ -27,6 +31,8 @@ struct Scripted {
     db_bytes: u64,
     /// Each call's input and output, as its part row keeps them.
     tool_bytes: u64,
+    /// Transactions that wrote, from the prompt to the answer, by name.
+    writes: Vec<&'static str>,
 }
 
 async fn scripted(work: &Path, project: &Path, name: &str, steps: usize) -> Result<Scripted> {
@@ -34,9 +40,12 @@ async fn scripted(work: &Path, project: &Path, name: &str, steps: usize) -> Resu
     common::cassette(&cassette_path, steps, 64)?;
     let config = common::guest_config(false)?;
     let host = common::host(work, &config).await?;
-    let core = common::core_on(work, name, host, config, Models::new())?;
+    let store = Arc::new(SqliteStore::open(&work.join(format!("{name}.db")))?);
+    let (store, calls) = Counted::new(store);
+    let core = common::core_with(Ledger::new(store, Bus::new()), host, config, Models::new())?;
     common::drain_bus(core.bus());
     let session = core.create_session(project, name).await?;
+    let from = Instant::now();
     let (answer, took) = timed(core.prompt(PromptInput {
         session_id: session.id.clone(),
         text: "go".into(),
@@ -44,6 +53,7 @@ async fn scripted(work: &Path, project: &Path, name: &str, steps: usize) -> Resu
         ..PromptInput::default()
     }))
     .await;
+    let writes = counted::within(&calls.lock().unwrap_or_else(|p| p.into_inner()), from, Instant::now()).0;
     anyhow::ensure!(
         answer?.text() == "done",
         "the scripted session did not finish"
@@ -66,7 +76,26 @@ async fn scripted(work: &Path, project: &Path, name: &str, steps: usize) -> Resu
         per_step_us: took.as_secs_f64() * 1e6 / steps as f64,
         db_bytes: file_size(&work.join(format!("{name}.db"))),
         tool_bytes,
+        writes,
     })
+}
+
+/// The writes per step, in all and by name (most first).
+fn per_step_writes(writes: &[&'static str], steps: usize) -> (f64, String) {
+    let mut by_name: Vec<(&str, usize)> = Vec::new();
+    for w in writes {
+        match by_name.iter_mut().find(|(n, _)| n == w) {
+            Some((_, count)) => *count += 1,
+            None => by_name.push((w, 1)),
+        }
+    }
+    by_name.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let each = by_name
+        .iter()
+        .map(|(n, c)| format!("{n} {:.1}", *c as f64 / steps as f64))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (writes.len() as f64 / steps as f64, each)
 }
 
 pub async fn loop_speed(work: &Path, steps: usize) -> Result<Vec<Row>> {
@@ -81,6 +110,7 @@ pub async fn loop_speed(work: &Path, steps: usize) -> Result<Vec<Row>> {
     let short = scripted(work, &project, "p2short", short_steps).await?;
     let long = scripted(work, &project, "p2", steps).await?;
     let per_step = long.per_step_us;
+    let (writes, by_name) = per_step_writes(&long.writes, steps);
     rows.push(
         row(
             "P2",
@@ -93,7 +123,8 @@ pub async fn loop_speed(work: &Path, steps: usize) -> Result<Vec<Row>> {
                 fmt_us(per_step)
             ),
         )
-        .data(json!({"steps": steps, "per_step_us": per_step})),
+        .note(format!("{writes:.1} transactions per step, counted at the ledger's backend: {by_name}"))
+        .data(json!({"steps": steps, "per_step_us": per_step, "writes_per_step": writes})),
     );
     let added = (long.db_bytes as f64 - long.tool_bytes as f64)
         - (short.db_bytes as f64 - short.tool_bytes as f64);

@@ -40,37 +40,108 @@ pub fn body<'a>(
     }
 }
 
-/// The wire form of each conversation message, kept with the shared message
-/// (by its `Arc`) for as long as the conversation holds it: a long session's
-/// request re-encodes only what its last step added, and copies the rest.
 /// One message's wire elements, as JSON text.
 type Elements = Arc<[Box<RawValue>]>;
 
+/// A message as last sent, with its wire form. The `Weak` keeps the
+/// message's address from being reused by another while the entry exists,
+/// so an equal address is the very same (immutable) message.
+type Entry = (Weak<ChatMessage>, Elements);
+
+/// How many conversations one provider keeps the encodings of: the
+/// sessions that use this model at once, each sending its own history.
+const CONVERSATIONS: usize = 16;
+
+/// The wire form of each conversation message, kept with the shared message
+/// (by its `Arc`) for as long as the conversation sends it: a long session's
+/// request re-encodes only what its last step added, and copies the rest.
+/// Kept per conversation (told apart by their first message), so sessions
+/// sharing a model do not evict each other's.
 #[derive(Default)]
 pub struct Encoded {
-    /// By the message's address; the `Weak` keeps the address from being
-    /// reused while the entry exists, and says whether it is still shown.
-    by_message: Mutex<HashMap<usize, (Weak<ChatMessage>, Elements)>>,
+    conversations: Mutex<Vec<Conversation>>,
+}
+
+/// One conversation's messages as last sent, in order.
+#[derive(Default)]
+struct Conversation {
+    sent: Vec<Entry>,
+    /// When it was last sent (a counter), to know which one to forget.
+    used: u64,
+}
+
+impl Conversation {
+    fn starts_with(&self, m: Option<&Arc<ChatMessage>>) -> bool {
+        match (self.sent.first(), m) {
+            (Some((w, _)), Some(m)) => std::ptr::eq(w.as_ptr(), Arc::as_ptr(m)),
+            _ => false,
+        }
+    }
+
+    /// Bring the entries in line with `req`'s messages: those sent before
+    /// (in the same place, as a growing conversation has them, or anywhere
+    /// else, after a compaction) keep their encoding; the others are encoded;
+    /// those no longer sent are dropped.
+    fn refresh(&mut self, req: &LlmRequest) -> serde_json::Result<()> {
+        let mut before = std::mem::take(&mut self.sent).into_iter();
+        let mut elsewhere: Option<HashMap<*const ChatMessage, Entry>> = None;
+        self.sent.reserve(req.messages.len());
+        for m in &req.messages {
+            let at = Arc::as_ptr(m);
+            let kept = match &mut elsewhere {
+                None => match before.next() {
+                    Some(e) if std::ptr::eq(e.0.as_ptr(), at) => Some(e),
+                    Some(e) => {
+                        let mut map: HashMap<_, _> = std::iter::once(e)
+                            .chain(before.by_ref())
+                            .map(|e| (e.0.as_ptr(), e))
+                            .collect();
+                        let found = map.remove(&at);
+                        elsewhere = Some(map);
+                        found
+                    }
+                    None => None,
+                },
+                Some(map) => map.remove(&at),
+            };
+            let entry = match kept {
+                Some(e) => e,
+                None => (Arc::downgrade(m), Arc::from(encode(m)?)),
+            };
+            self.sent.push(entry);
+        }
+        Ok(())
+    }
 }
 
 impl Encoded {
-    /// The wire elements of each message of `req`, in order, encoding only
-    /// those not seen before; entries of messages no longer sent are dropped.
-    fn of(&self, req: &LlmRequest) -> serde_json::Result<Vec<Elements>> {
-        let mut known = self.by_message.lock().unwrap_or_else(|p| p.into_inner());
-        let mut next = HashMap::with_capacity(req.messages.len());
-        let mut out = Vec::with_capacity(req.messages.len());
-        for m in &req.messages {
-            let key = Arc::as_ptr(m) as usize;
-            let wire = match known.remove(&key) {
-                Some((weak, wire)) if weak.upgrade().is_some_and(|w| Arc::ptr_eq(&w, m)) => wire,
-                _ => Arc::from(encode(m)?),
-            };
-            out.push(wire.clone());
-            next.insert(key, (Arc::downgrade(m), wire));
+    /// The conversation `req` continues, refreshed to its messages; taken
+    /// out while the body is written (see [`Encoded::keep`]).
+    fn take(&self, req: &LlmRequest) -> serde_json::Result<Conversation> {
+        let mut all = self.conversations.lock().unwrap_or_else(|p| p.into_inner());
+        // A conversation whose first message nobody holds is over.
+        all.retain(|c| c.sent.first().is_some_and(|(w, _)| w.strong_count() > 0));
+        let used = all.iter().map(|c| c.used).max().unwrap_or(0) + 1;
+        let mut conversation = match all.iter().position(|c| c.starts_with(req.messages.first())) {
+            Some(i) => all.swap_remove(i),
+            None => Conversation::default(),
+        };
+        drop(all);
+        conversation.used = used;
+        conversation.refresh(req)?;
+        Ok(conversation)
+    }
+
+    /// Keep `conversation` for the next request, forgetting the one sent
+    /// longest ago when there are too many.
+    fn keep(&self, conversation: Conversation) {
+        let mut all = self.conversations.lock().unwrap_or_else(|p| p.into_inner());
+        if all.len() >= CONVERSATIONS
+            && let Some(oldest) = (0..all.len()).min_by_key(|&i| all[i].used)
+        {
+            all.swap_remove(oldest);
         }
-        *known = next;
-        Ok(out)
+        all.push(conversation);
     }
 }
 
@@ -144,11 +215,13 @@ impl Serialize for Messages<'_> {
         }
         match self.1 {
             Some(encoded) => {
-                for wire in encoded.of(req).map_err(S::Error::custom)? {
+                let conversation = encoded.take(req).map_err(S::Error::custom)?;
+                for (_, wire) in &conversation.sent {
                     for element in wire.iter() {
                         seq.serialize_element(element)?;
                     }
                 }
+                encoded.keep(conversation);
             }
             None => {
                 for m in &req.messages {
@@ -472,6 +545,20 @@ mod tests {
         );
     }
 
+    /// The kept wire form of each message of the conversation `first`
+    /// starts, in order.
+    fn kept_wire(encoded: &Encoded, first: &Arc<ChatMessage>) -> Vec<Elements> {
+        let all = encoded.conversations.lock().unwrap();
+        let c = all.iter().find(|c| c.starts_with(Some(first))).expect("kept");
+        c.sent.iter().map(|(_, e)| e.clone()).collect()
+    }
+
+    fn user_says(text: &str) -> Arc<ChatMessage> {
+        Arc::new(ChatMessage::User {
+            content: vec![UserContent::Text { text: text.into() }],
+        })
+    }
+
     #[test]
     fn kept_encodings_give_the_same_bytes_and_follow_the_conversation() {
         let encoded = Encoded::default();
@@ -483,27 +570,65 @@ mod tests {
                 .unwrap()
         };
         assert_eq!(kept(&req), plain(&req));
-        assert_eq!(encoded.by_message.lock().unwrap().len(), 3);
-        // The next step shares the first three messages and adds one.
-        req.messages.push(std::sync::Arc::new(ChatMessage::User {
-            content: vec![UserContent::Text {
-                text: "next".into(),
-            }],
-        }));
-        let before = encoded.by_message.lock().unwrap()[&(Arc::as_ptr(&req.messages[0]) as usize)]
-            .1
-            .clone();
+        let first = req.messages[0].clone();
+        let round1 = kept_wire(&encoded, &first);
+        assert_eq!(round1.len(), 3);
+
+        // The next step shares the three messages and adds one: only that
+        // one is encoded.
+        req.messages.push(user_says("next"));
         assert_eq!(kept(&req), plain(&req));
-        let after = encoded.by_message.lock().unwrap()[&(Arc::as_ptr(&req.messages[0]) as usize)]
-            .1
-            .clone();
+        let round2 = kept_wire(&encoded, &first);
+        assert_eq!(round2.len(), 4);
         assert!(
-            Arc::ptr_eq(&before, &after),
+            round1.iter().zip(&round2).all(|(a, b)| Arc::ptr_eq(a, b)),
             "a shared message is encoded once"
         );
-        // A message no longer sent is forgotten.
-        req.messages.remove(0);
+
+        // Another session on the same model, in between, keeps its own.
+        let mut other = request();
+        other.messages = vec![user_says("elsewhere")];
+        assert_eq!(kept(&other), plain(&other));
+        assert_eq!(encoded.conversations.lock().unwrap().len(), 2);
+
+        // A message dropped from the middle (a compaction): the others keep
+        // their encoding, wherever they now stand.
+        req.messages.remove(1);
         assert_eq!(kept(&req), plain(&req));
-        assert_eq!(encoded.by_message.lock().unwrap().len(), 3);
+        let round3 = kept_wire(&encoded, &first);
+        assert_eq!(round3.len(), 3);
+        assert!(Arc::ptr_eq(&round3[0], &round2[0]));
+        assert!(Arc::ptr_eq(&round3[1], &round2[2]));
+        assert!(Arc::ptr_eq(&round3[2], &round2[3]));
+
+        // A conversation nobody holds any more is forgotten at the next request.
+        drop(other);
+        assert_eq!(kept(&req), plain(&req));
+        assert_eq!(encoded.conversations.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn kept_conversations_are_bounded() {
+        let encoded = Encoded::default();
+        let requests: Vec<LlmRequest> = (0..CONVERSATIONS + 3)
+            .map(|i| {
+                let mut r = request();
+                r.messages = vec![user_says(&format!("session {i}"))];
+                r
+            })
+            .collect();
+        for r in &requests {
+            let plain = serde_json::to_vec(&body(r, MaxTokensField::MaxTokens, None)).unwrap();
+            let kept = serde_json::to_vec(
+                &body(r, MaxTokensField::MaxTokens, None).with_encoded(&encoded),
+            )
+            .unwrap();
+            assert_eq!(kept, plain);
+        }
+        let all = encoded.conversations.lock().unwrap();
+        assert_eq!(all.len(), CONVERSATIONS);
+        // The ones sent longest ago went first.
+        assert!(!all.iter().any(|c| c.starts_with(requests[0].messages.first())));
+        assert!(all.iter().any(|c| c.starts_with(requests.last().unwrap().messages.first())));
     }
 }
