@@ -122,11 +122,17 @@ impl ChatCache {
         let mut old = std::mem::take(&mut self.last).into_iter().peekable();
         let mut out = Vec::with_capacity(msgs.len() * 2);
         for m in msgs {
-            // Messages come in id order; skip the ones no longer shown.
-            while old.next_if(|(o, _)| o.info.id() < m.info.id()).is_some() {}
-            let chat = match old.next_if(|(o, _)| Arc::ptr_eq(o, m)) {
+            let same = |(o, _): &(Arc<MessageWithParts>, _)| Arc::ptr_eq(o, m);
+            let chat = match old.next_if(same) {
                 Some((_, chat)) => chat,
-                None => message_to_chat(m),
+                None => {
+                    // Messages come in id order; skip the ones no longer shown.
+                    while old.next_if(|(o, _)| o.info.id() < m.info.id()).is_some() {}
+                    match old.next_if(same) {
+                        Some((_, chat)) => chat,
+                        None => message_to_chat(m),
+                    }
+                }
             };
             out.extend(chat.iter().cloned());
             self.last.push((m.clone(), chat));
