@@ -125,6 +125,19 @@ impl Store for Counted {
             self.inner.put_part(part, timeline, audit, fence)
         )
     }
+    async fn end_step(
+        &self,
+        info: &MessageInfo,
+        parts: &[Part],
+        marks: &[(Millis, PhaseKind)],
+        fence: Option<&Fence>,
+    ) -> Result<bool> {
+        write!(
+            self,
+            "end_step",
+            self.inner.end_step(info, parts, marks, fence)
+        )
+    }
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
         read!(self, "messages", self.inner.messages(session))
     }

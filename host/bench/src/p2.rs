@@ -53,7 +53,12 @@ async fn scripted(work: &Path, project: &Path, name: &str, steps: usize) -> Resu
         ..PromptInput::default()
     }))
     .await;
-    let writes = counted::within(&calls.lock().unwrap_or_else(|p| p.into_inner()), from, Instant::now()).0;
+    let writes = counted::within(
+        &calls.lock().unwrap_or_else(|p| p.into_inner()),
+        from,
+        Instant::now(),
+    )
+    .0;
     anyhow::ensure!(
         answer?.text() == "done",
         "the scripted session did not finish"
@@ -123,7 +128,9 @@ pub async fn loop_speed(work: &Path, steps: usize) -> Result<Vec<Row>> {
                 fmt_us(per_step)
             ),
         )
-        .note(format!("{writes:.1} transactions per step, counted at the ledger's backend: {by_name}"))
+        .note(format!(
+            "{writes:.1} transactions per step, counted at the ledger's backend: {by_name}"
+        ))
         .data(json!({"steps": steps, "per_step_us": per_step, "writes_per_step": writes})),
     );
     let added = (long.db_bytes as f64 - long.tool_bytes as f64)

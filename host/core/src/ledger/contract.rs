@@ -91,6 +91,19 @@ fn tool(message: &MessageInfo) -> Part {
     }
 }
 
+fn step_finish(message: &MessageInfo) -> Part {
+    Part {
+        id: id::ascending("prt").into(),
+        session_id: message.session_id().clone(),
+        message_id: message.id().clone(),
+        body: PartBody::StepFinish {
+            reason: warden_protocol::FinishReason::ToolCalls,
+            tokens: Default::default(),
+            cost: 0.0,
+        },
+    }
+}
+
 fn entry(session: &SessionId, decision: &str) -> AuditEntry {
     AuditEntry {
         seq: 0,
@@ -178,6 +191,16 @@ pub(crate) async fn every_write_with_a_taken_over_fence_is_refused_and_changes_n
         &s.id,
         a.mark_phases(&s.id, None, &[(3, PhaseKind::FirstToken)], Some(&fa))
             .await,
+    );
+    fenced(
+        &s.id,
+        a.end_step(
+            &first,
+            &[step_finish(&first)],
+            &[(4, PhaseKind::FirstToken)],
+            Some(&fa),
+        )
+        .await,
     );
     fenced(&s.id, a.touch_session(&s.id, Some(&fa)).await);
     fenced(
@@ -280,6 +303,13 @@ pub(crate) async fn absence_is_a_value_and_a_refused_part_takes_its_audit_with_i
     assert!(!store.touch_session(&ghost, None).await.unwrap());
     assert!(!store.delete_session(&ghost, None).await.unwrap());
     assert!(!store.put_message(&user(&ghost), None).await.unwrap());
+    let ghostly = user(&ghost);
+    assert!(
+        !store
+            .end_step(&ghostly, &[step_finish(&ghostly)], &[], None)
+            .await
+            .unwrap()
+    );
     assert!(
         store
             .update_permission(&ghost, None, Box::new(|_: &mut Vec<Rule>| {}))
@@ -316,6 +346,73 @@ pub(crate) async fn absence_is_a_value_and_a_refused_part_takes_its_audit_with_i
         .unwrap();
     assert_eq!(after.permission, vec![rule(0)]);
     assert_eq!(store.sessions().await.unwrap(), vec![after]);
+}
+
+/// A step ends in one transaction: its header, its last parts and its
+/// phase marks land together, and a part that is not the step's to end
+/// (a tool call, another message's) is refused with all the rest.
+pub(crate) async fn a_step_ends_whole_or_not_at_all(place: Place) {
+    let store = place.open().await;
+    let s = session(1);
+    store.create_session(&s).await.unwrap();
+    let MessageInfo::User(mut step) = user(&s.id) else {
+        unreachable!()
+    };
+    step.agent = "before".into();
+    let before = MessageInfo::User(step.clone());
+    assert!(store.put_message(&before, None).await.unwrap());
+    step.agent = "after".into();
+    let after = MessageInfo::User(step);
+    let other = user(&s.id);
+    assert!(store.put_message(&other, None).await.unwrap());
+    let marks = [
+        (7, PhaseKind::FirstToken),
+        (
+            8,
+            PhaseKind::StepFinish {
+                reason: "tool-calls".into(),
+            },
+        ),
+    ];
+
+    for refused in [tool(&after), step_finish(&other)] {
+        match store
+            .end_step(&after, &[step_finish(&after), refused], &marks, None)
+            .await
+        {
+            Err(LedgerError::Corrupt { what, .. }) => assert!(what.starts_with("part "), "{what}"),
+            other => panic!("expected a refused part, got {other:?}"),
+        }
+    }
+    let msgs = store.messages(&s.id).await.unwrap();
+    assert_eq!(
+        msgs[0].info, before,
+        "a refused end leaves the header as it was"
+    );
+    assert!(msgs.iter().all(|m| m.parts.is_empty()));
+    assert!(store.phases(&s.id).await.unwrap().is_empty());
+
+    let finish = step_finish(&after);
+    assert!(
+        store
+            .end_step(&after, std::slice::from_ref(&finish), &marks, None)
+            .await
+            .unwrap()
+    );
+    let msgs = store.messages(&s.id).await.unwrap();
+    assert_eq!(msgs[0].info, after);
+    assert_eq!(msgs[0].parts, vec![finish]);
+    let phases = store.phases(&s.id).await.unwrap();
+    assert_eq!(
+        phases
+            .iter()
+            .map(|p| (p.at, p.kind.clone(), p.message_id.clone()))
+            .collect::<Vec<_>>(),
+        marks
+            .iter()
+            .map(|(at, k)| (*at, k.clone(), Some(after.id().clone())))
+            .collect::<Vec<_>>()
+    );
 }
 
 /// Two stores on one ledger, each with several callers, all taking one
@@ -622,6 +719,7 @@ on_every_backend!(
     absence_is_a_value_and_a_refused_part_takes_its_audit_with_it,
     two_stores_taking_one_lease_at_once_get_one_fence,
     writers_at_once_all_land,
+    a_step_ends_whole_or_not_at_all,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

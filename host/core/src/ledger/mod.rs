@@ -72,6 +72,39 @@ struct HeldSession {
     rules: Arc<[Rule]>,
 }
 
+impl HeldSession {
+    /// A header written: its message's, or a new message's.
+    fn put_message(&mut self, info: &MessageInfo) {
+        let held = &mut self.messages;
+        match held.binary_search_by(|m| m.info.id().cmp(info.id())) {
+            Ok(i) => Arc::make_mut(&mut held[i]).info = info.clone(),
+            Err(i) => held.insert(
+                i,
+                Arc::new(MessageWithParts {
+                    info: info.clone(),
+                    parts: Vec::new(),
+                }),
+            ),
+        }
+    }
+
+    /// A part written, into its message (held already: a part's message is
+    /// written first).
+    fn put_part(&mut self, part: &Part) {
+        let Ok(m) = self
+            .messages
+            .binary_search_by(|m| m.info.id().cmp(&part.message_id))
+        else {
+            return;
+        };
+        let parts = &mut Arc::make_mut(&mut self.messages[m]).parts;
+        match parts.binary_search_by(|p| p.id.cmp(&part.id)) {
+            Ok(i) => parts[i] = part.clone(),
+            Err(i) => parts.insert(i, part.clone()),
+        }
+    }
+}
+
 type Held = HashMap<SessionId, HeldSession>;
 
 /// The ledger. Cheap to clone; all clones share one store, bus and cache.
@@ -318,17 +351,42 @@ impl Ledger {
             return Err(CoreError::SessionNotFound(session.clone()));
         }
         if let Some(held) = self.held().get_mut(session) {
-            let held = &mut held.messages;
-            match held.binary_search_by(|m| m.info.id().cmp(info.id())) {
-                Ok(i) => Arc::make_mut(&mut held[i]).info = info.clone(),
-                Err(i) => held.insert(
-                    i,
-                    Arc::new(MessageWithParts {
-                        info: info.clone(),
-                        parts: Vec::new(),
-                    }),
-                ),
+            held.put_message(info);
+        }
+        self.bus
+            .publish(Event::MessageUpdated { info: info.clone() });
+        Ok(())
+    }
+
+    /// End a step: its header `info` (finished), its last `parts` (its
+    /// step-finish; no tool call) and its phase `marks`, in one transaction;
+    /// then each part is published, and the header.
+    pub async fn end_step(
+        &self,
+        info: &MessageInfo,
+        parts: &[Part],
+        marks: &[(Millis, PhaseKind)],
+    ) -> Result<()> {
+        let session = info.session_id();
+        if !self
+            .write(session, async |fence| {
+                self.store.end_step(info, parts, marks, fence).await
+            })
+            .await?
+        {
+            return Err(CoreError::SessionNotFound(session.clone()));
+        }
+        if let Some(held) = self.held().get_mut(session) {
+            held.put_message(info);
+            for part in parts {
+                held.put_part(part);
             }
+        }
+        for part in parts {
+            self.bus.publish(Event::PartUpdated {
+                part: part.clone(),
+                delta: None,
+            });
         }
         self.bus
             .publish(Event::MessageUpdated { info: info.clone() });
@@ -380,16 +438,8 @@ impl Ledger {
             PartWrite::Delta(d) => Some(d.to_string()),
             PartWrite::Changed => None,
         };
-        if let Some(held) = self.held().get_mut(&part.session_id)
-            && let Ok(m) = held
-                .messages
-                .binary_search_by(|m| m.info.id().cmp(&part.message_id))
-        {
-            let parts = &mut Arc::make_mut(&mut held.messages[m]).parts;
-            match parts.binary_search_by(|p| p.id.cmp(&part.id)) {
-                Ok(i) => parts[i] = part.clone(),
-                Err(i) => parts.insert(i, part.clone()),
-            }
+        if let Some(held) = self.held().get_mut(&part.session_id) {
+            held.put_part(part);
         }
         self.bus.publish(Event::PartUpdated {
             part: part.clone(),

@@ -279,6 +279,20 @@ pub trait Store: Send + Sync {
         fence: Option<&Fence>,
     ) -> Result<()>;
 
+    /// The end of a step, in one fenced transaction: its header `info`
+    /// (inserted or updated first), its last `parts` (none of them a tool
+    /// call: a call changes state through [`Store::put_part`], with its
+    /// timeline row) and its phase `marks`. `false` (and nothing written) if
+    /// the session is missing; a part of another message is refused as
+    /// [`LedgerError::Corrupt`].
+    async fn end_step(
+        &self,
+        info: &MessageInfo,
+        parts: &[Part],
+        marks: &[(Millis, PhaseKind)],
+        fence: Option<&Fence>,
+    ) -> Result<bool>;
+
     /// Every message of a session with its parts, both in id order.
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>>;
 
@@ -392,4 +406,29 @@ pub trait Store: Send + Sync {
     /// transaction, keeping its ids, sequence numbers and times; `false`
     /// (and nothing written) if a session with its id is here already.
     async fn import_session(&self, export: &SessionExport) -> Result<bool>;
+}
+
+/// `part` as a part of the step `info` ends: of that message, and not a tool
+/// call (see [`Store::end_step`]).
+pub fn step_part<'a>(info: &MessageInfo, part: &'a Part) -> Result<&'a Part> {
+    let refuse = |reason: String| {
+        Err(LedgerError::Corrupt {
+            what: format!("part {}", part.id),
+            reason,
+        })
+    };
+    if &part.message_id != info.id() || &part.session_id != info.session_id() {
+        return refuse(format!(
+            "it belongs to message {} of session {}, not to the step {} that ends",
+            part.message_id,
+            part.session_id,
+            info.id()
+        ));
+    }
+    if part.tool_state().is_some() {
+        return refuse(
+            "a tool call's state changes with its timeline row, not at the end of its step".into(),
+        );
+    }
+    Ok(part)
 }

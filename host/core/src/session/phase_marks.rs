@@ -1,7 +1,8 @@
 //! Phase marks of one step, for the trace: the model request, its first
 //! token, the step's finish, and each wait before a retry. The turn
-//! calls one of these per phase; writing a mark never fails the step (a
-//! trace is a view, the step is the work).
+//! calls one of these per phase; the marks are written with the step's end
+//! (or before a retry waits: a mark that cannot be written then is logged,
+//! and does not fail the step).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,9 +16,10 @@ use crate::ledger::Ledger;
 use crate::ledger::phase::PhaseKind;
 use warden_llm::EventStream;
 
-/// Collects the phase marks of one assistant message and writes them
-/// together: the request and first-token marks with the step's finish, so
-/// a step costs one ledger write for its marks, not three.
+/// Collects the phase marks of one assistant message, to be written
+/// together: the request and first-token marks with the step's finish, in
+/// the transaction that ends the step (or before a retry waits), so a
+/// step's marks cost no ledger write of their own.
 #[derive(Clone)]
 pub(crate) struct PhaseMarks {
     ledger: Ledger,
@@ -43,11 +45,16 @@ impl PhaseMarks {
             .push((now_ms(), kind));
     }
 
-    /// Write the marks held so far. Called when a stream ends (finished,
-    /// failed or cut) and before a retry waits, so a trace read during a long
-    /// tool run or a retry wait already shows them.
-    pub(crate) async fn flush(&self) {
-        let marks = std::mem::take(&mut *self.held.lock().unwrap_or_else(|p| p.into_inner()));
+    /// The marks held so far, to be written with the step's end (in its
+    /// transaction).
+    pub(crate) fn take(&self) -> Vec<(Millis, PhaseKind)> {
+        std::mem::take(&mut *self.held.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Write the marks held so far, before a retry waits, so a trace read
+    /// during the wait already shows them.
+    async fn flush(&self) {
+        let marks = self.take();
         if let Err(e) = self
             .ledger
             .mark_phases(&self.session, Some(&self.message), &marks)

@@ -549,7 +549,10 @@ mod tests {
     /// starts, in order.
     fn kept_wire(encoded: &Encoded, first: &Arc<ChatMessage>) -> Vec<Elements> {
         let all = encoded.conversations.lock().unwrap();
-        let c = all.iter().find(|c| c.starts_with(Some(first))).expect("kept");
+        let c = all
+            .iter()
+            .find(|c| c.starts_with(Some(first)))
+            .expect("kept");
         c.sent.iter().map(|(_, e)| e.clone()).collect()
     }
 
@@ -628,7 +631,13 @@ mod tests {
         let all = encoded.conversations.lock().unwrap();
         assert_eq!(all.len(), CONVERSATIONS);
         // The ones sent longest ago went first.
-        assert!(!all.iter().any(|c| c.starts_with(requests[0].messages.first())));
-        assert!(all.iter().any(|c| c.starts_with(requests.last().unwrap().messages.first())));
+        assert!(
+            !all.iter()
+                .any(|c| c.starts_with(requests[0].messages.first()))
+        );
+        assert!(
+            all.iter()
+                .any(|c| c.starts_with(requests.last().unwrap().messages.first()))
+        );
     }
 }

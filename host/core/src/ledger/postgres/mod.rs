@@ -39,7 +39,7 @@ use warden_protocol::{
 use super::phase::{Phase, PhaseKind};
 use super::store::SessionExport;
 use super::store::{
-    Fence, HolderIsDead, LeaseHeld, PermissionChange, PromptState, QueuedPrompt, Store,
+    Fence, HolderIsDead, LeaseHeld, PermissionChange, PromptState, QueuedPrompt, Store, step_part,
 };
 use super::{AuditEntry, LedgerError, PartEvent, TimelineRow};
 
@@ -376,6 +376,35 @@ impl Store for PgStore {
         audited?;
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn end_step(
+        &self,
+        info: &MessageInfo,
+        parts: &[Part],
+        marks: &[(Millis, PhaseKind)],
+        fence: Option<&Fence>,
+    ) -> Result<bool> {
+        let header = messages::encode_message(info)?;
+        let parts: Vec<(&Part, String)> = parts
+            .iter()
+            .map(|p| Ok((step_part(info, p)?, messages::encode_part(p)?)))
+            .collect::<Result<_>>()?;
+        let mut c = self.client().await?;
+        let tx = Self::fenced(&mut c, info.session_id(), fence).await?;
+        if !messages::put_message(&tx, info, &header).await? {
+            // Dropped, the transaction rolls back.
+            return Ok(false);
+        }
+        for (part, body) in &parts {
+            messages::put_part(&tx, part, body).await?;
+        }
+        if !marks.is_empty() {
+            lock_session(&tx, info.session_id()).await?;
+            phase::insert(&tx, info.session_id(), Some(info.id()), marks).await?;
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {

@@ -39,7 +39,7 @@ use warden_protocol::{
 use super::phase::{Phase, PhaseKind};
 use super::store::{
     Fence, HolderIsDead, LeaseHeld, PermissionChange, PromptState, QueuedPrompt, SessionExport,
-    Store,
+    Store, step_part,
 };
 use super::{AuditEntry, LedgerError, PartEvent, TimelineRow};
 use crate::clock::now_ms;
@@ -258,6 +258,35 @@ impl Store for SqliteStore {
             write(c, &part.session_id, fence.as_ref(), |tx| {
                 let row = timeline.as_ref().map(|w| w.as_ref());
                 messages::put_part(tx, &guests, &part, &body, row, &audit, now_ms())
+            })
+        })
+        .await
+    }
+
+    async fn end_step(
+        &self,
+        info: &MessageInfo,
+        parts: &[Part],
+        marks: &[(Millis, PhaseKind)],
+        fence: Option<&Fence>,
+    ) -> Result<bool> {
+        let parts: Vec<(Part, String)> = parts
+            .iter()
+            .map(|p| Ok((step_part(info, p)?.clone(), messages::encode_part(p)?)))
+            .collect::<Result<_>>()?;
+        let (info, marks, fence) = (info.clone(), marks.to_vec(), fence.cloned());
+        let guests = self.guests.clone();
+        self.run(move |c| {
+            write(c, info.session_id(), fence.as_ref(), |tx| {
+                let now = now_ms();
+                if !messages::put_message(tx, &info, now)? {
+                    return Ok(false);
+                }
+                for (part, body) in &parts {
+                    messages::put_part(tx, &guests, part, body, None, &[], now)?;
+                }
+                phase::insert(tx, info.session_id(), Some(info.id()), &marks)?;
+                Ok(true)
             })
         })
         .await

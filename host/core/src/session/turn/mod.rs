@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use warden_protocol::{
     AssistantInfo, CallId, Event, LlmEvent, LlmRequest, MessageError, MessageInfo,
-    MessageWithParts, PartBody, ProviderError, SessionInfo, SessionStatus, ToolState,
+    MessageWithParts, Part, PartBody, ProviderError, SessionInfo, SessionStatus, ToolState,
 };
 
 use super::CoreInner;
@@ -88,6 +88,10 @@ pub(crate) struct Turn<'a> {
     blocked: bool,
     needs_compaction: bool,
     saw_finish: bool,
+    /// The step-finish part of the model's finished step, written with the
+    /// step's end (its header and phase marks, one transaction), or before
+    /// anything the stream sends after it.
+    finishing: Option<Part>,
 }
 
 impl<'a> Turn<'a> {
@@ -105,6 +109,7 @@ impl<'a> Turn<'a> {
             blocked: false,
             needs_compaction: false,
             saw_finish: false,
+            finishing: None,
         }
     }
 
@@ -135,8 +140,8 @@ impl<'a> Turn<'a> {
                 Ok(stream) => self.consume(marks.watch(stream), &mut rx).await,
                 Err(h) => Err(h),
             };
-            // This attempt's request, first token and finish, in one write.
-            marks.flush().await;
+            // This attempt's marks (request, first token, finish) are written
+            // with the step's end, or before a retry waits.
             match r {
                 // Asking again would have the model call the same tools again,
                 // running their side effects twice: end the step with the calls
@@ -158,7 +163,9 @@ impl<'a> Turn<'a> {
                     Some(wait) => {
                         // What the failed attempt streamed is closed and set aside
                         // (kept, but never shown to the model), so the retry's
-                        // answer is not preceded by a fragment of itself.
+                        // answer is not preceded by a fragment of itself. A
+                        // step it finished stays, with what it cost.
+                        self.write_finishing().await?;
                         self.sink.close().await?;
                         self.sink.ignore_attempt().await?;
                         self.calls
@@ -236,11 +243,7 @@ impl<'a> Turn<'a> {
                     )
                     .await;
                 self.step.info.time.completed = Some(now_ms());
-                let _ = self
-                    .core
-                    .ledger
-                    .put_message(&MessageInfo::Assistant(self.step.info.clone()))
-                    .await;
+                let _ = self.end_step(&marks).await;
                 return Err(e);
             }
         };
@@ -248,10 +251,7 @@ impl<'a> Turn<'a> {
         self.sink.close().await?;
         self.calls.interrupt(Open::All, cleanup_reason).await?;
         self.step.info.time.completed = Some(now_ms());
-        self.core
-            .ledger
-            .put_message(&MessageInfo::Assistant(self.step.info.clone()))
-            .await?;
+        self.end_step(&marks).await?;
 
         Ok(if self.needs_compaction {
             Outcome::Compact
@@ -260,6 +260,36 @@ impl<'a> Turn<'a> {
         } else {
             Outcome::Continue
         })
+    }
+
+    /// Write the step's end: its header, its step-finish part (when the
+    /// model finished it) and its phase marks, in one transaction.
+    async fn end_step(&mut self, marks: &PhaseMarks) -> Result<()> {
+        let parts: Vec<Part> = self.finishing.take().into_iter().collect();
+        self.core
+            .ledger
+            .end_step(
+                &MessageInfo::Assistant(self.step.info.clone()),
+                &parts,
+                &marks.take(),
+            )
+            .await
+    }
+
+    /// Write the finished step's step-finish part and header now, when
+    /// something follows it before the step's end.
+    async fn write_finishing(&mut self) -> Result<()> {
+        let Some(part) = self.finishing.take() else {
+            return Ok(());
+        };
+        self.core
+            .ledger
+            .end_step(
+                &MessageInfo::Assistant(self.step.info.clone()),
+                &[part],
+                &[],
+            )
+            .await
     }
 
     /// Consume one stream until it ends, fails, or the session is cancelled.
@@ -343,6 +373,9 @@ impl<'a> Turn<'a> {
     }
 
     async fn handle(&mut self, ev: LlmEvent) -> Result<(), Halt> {
+        if !matches!(ev, LlmEvent::Finish { .. }) {
+            self.write_finishing().await?;
+        }
         match ev {
             LlmEvent::Start => {}
             LlmEvent::StartStep => self.sink.write_new(PartBody::StepStart {}).await?,
@@ -409,17 +442,13 @@ impl<'a> Turn<'a> {
                 info.finish = Some(reason);
                 info.tokens = tokens;
                 info.cost += cost;
-                self.sink
-                    .write_new(PartBody::StepFinish {
-                        reason,
-                        tokens,
-                        cost,
-                    })
-                    .await?;
-                self.core
-                    .ledger
-                    .put_message(&MessageInfo::Assistant(self.step.info.clone()))
-                    .await?;
+                // Written with the step's end, which follows at once (the
+                // calls have settled): one transaction, not three.
+                self.finishing = Some(self.sink.new_part(PartBody::StepFinish {
+                    reason,
+                    tokens,
+                    cost,
+                }));
                 // A summary is allowed to be big: it is what makes room.
                 if !self.step.info.summary
                     && super::compaction::is_overflow(&tokens, &self.step.model.info)

@@ -44,7 +44,7 @@ impl<'a> PartsSink<'a> {
         }
     }
 
-    /// Write a new part of this message (step start and finish).
+    /// Write a new part of this message (a step's start).
     pub async fn write_new(&mut self, body: PartBody) -> Result<()> {
         let part = self.new_part(body);
         self.ledger.put_part(&part, PartWrite::Changed).await
@@ -151,7 +151,8 @@ impl<'a> PartsSink<'a> {
         Ok(())
     }
 
-    fn new_part(&self, body: PartBody) -> Part {
+    /// A new part of this message, not written yet.
+    pub fn new_part(&self, body: PartBody) -> Part {
         Part {
             id: id::ascending("prt").into(),
             session_id: self.session_id.clone(),
