@@ -95,12 +95,19 @@ fn per_step_writes(writes: &[&'static str], steps: usize) -> (f64, String) {
         }
     }
     by_name.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    let each = by_name
+    // What a step writes, and apart, what the session writes once or so
+    // (its prompt, its lease).
+    let (each, once): (Vec<_>, Vec<_>) = by_name.iter().partition(|(_, c)| *c >= steps / 2);
+    let mut said = each
         .iter()
         .map(|(n, c)| format!("{n} {:.1}", *c as f64 / steps as f64))
         .collect::<Vec<_>>()
         .join(", ");
-    (writes.len() as f64 / steps as f64, each)
+    if !once.is_empty() {
+        let names: Vec<String> = once.iter().map(|(n, c)| format!("{n} ×{c}")).collect();
+        said.push_str(&format!("; once a session: {}", names.join(", ")));
+    }
+    (writes.len() as f64 / steps as f64, said)
 }
 
 pub async fn loop_speed(work: &Path, steps: usize) -> Result<Vec<Row>> {
