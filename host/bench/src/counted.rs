@@ -262,6 +262,19 @@ impl Store for Counted {
     }
 }
 
+/// How many times each name occurs in `names`, most first (then by name).
+pub fn tally(names: &[&'static str]) -> Vec<(&'static str, usize)> {
+    let mut by_name: Vec<(&'static str, usize)> = Vec::new();
+    for n in names {
+        match by_name.iter_mut().find(|(m, _)| m == n) {
+            Some((_, count)) => *count += 1,
+            None => by_name.push((n, 1)),
+        }
+    }
+    by_name.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    by_name
+}
+
 /// The calls that ended inside `(start, end]`: (writes, reads), with the
 /// writes' names.
 pub fn within(calls: &[Call], start: Instant, end: Instant) -> (Vec<&'static str>, usize) {

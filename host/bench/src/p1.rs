@@ -49,14 +49,7 @@ pub struct Run {
 impl Run {
     /// "5 transactions (put_part ×3, …) and 1 read".
     pub fn counted(&self) -> String {
-        let mut names: Vec<(&str, usize)> = Vec::new();
-        for n in &self.write_names {
-            match names.iter_mut().find(|(m, _)| m == n) {
-                Some((_, k)) => *k += 1,
-                None => names.push((n, 1)),
-            }
-        }
-        let names: Vec<String> = names
+        let names: Vec<String> = counted::tally(&self.write_names)
             .iter()
             .map(|(n, k)| {
                 if *k > 1 {

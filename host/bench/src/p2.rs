@@ -87,14 +87,7 @@ async fn scripted(work: &Path, project: &Path, name: &str, steps: usize) -> Resu
 
 /// The writes per step, in all and by name (most first).
 fn per_step_writes(writes: &[&'static str], steps: usize) -> (f64, String) {
-    let mut by_name: Vec<(&str, usize)> = Vec::new();
-    for w in writes {
-        match by_name.iter_mut().find(|(n, _)| n == w) {
-            Some((_, count)) => *count += 1,
-            None => by_name.push((w, 1)),
-        }
-    }
-    by_name.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let by_name = counted::tally(writes);
     // What a step writes, and apart, what the session writes once or so
     // (its prompt, its lease).
     let (each, once): (Vec<_>, Vec<_>) = by_name.iter().partition(|(_, c)| *c >= steps / 2);

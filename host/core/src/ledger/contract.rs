@@ -76,32 +76,38 @@ fn user(session: &SessionId) -> MessageInfo {
     })
 }
 
-fn tool(message: &MessageInfo) -> Part {
+/// A new part of `message`.
+fn part_of(message: &MessageInfo, body: PartBody) -> Part {
     Part {
         id: id::ascending("prt").into(),
         session_id: message.session_id().clone(),
         message_id: message.id().clone(),
-        body: PartBody::Tool {
+        body,
+    }
+}
+
+fn tool(message: &MessageInfo) -> Part {
+    part_of(
+        message,
+        PartBody::Tool {
             call_id: "c1".into(),
             tool: "read".into(),
             state: ToolState::pending(),
             provider_executed: false,
             ignored: false,
         },
-    }
+    )
 }
 
 fn step_finish(message: &MessageInfo) -> Part {
-    Part {
-        id: id::ascending("prt").into(),
-        session_id: message.session_id().clone(),
-        message_id: message.id().clone(),
-        body: PartBody::StepFinish {
+    part_of(
+        message,
+        PartBody::StepFinish {
             reason: warden_protocol::FinishReason::ToolCalls,
             tokens: Default::default(),
             cost: 0.0,
         },
-    }
+    )
 }
 
 fn entry(session: &SessionId, decision: &str) -> AuditEntry {
@@ -546,13 +552,10 @@ pub(crate) async fn fill(store: &dyn Store, n: i64) -> SessionId {
     let second = user(&s.id);
     assert!(store.put_message(&first, None).await.unwrap());
     assert!(store.put_message(&second, None).await.unwrap());
-    let text = Part {
-        id: id::ascending("prt").into(),
-        session_id: s.id.clone(),
-        message_id: first.id().clone(),
-        body: serde_json::from_value(json!({"type": "text", "text": format!("hello {n}")}))
-            .unwrap(),
-    };
+    let text = part_of(
+        &first,
+        serde_json::from_value(json!({"type": "text", "text": format!("hello {n}")})).unwrap(),
+    );
     store.put_part(&text, None, &[], None).await.unwrap();
     let mut call = tool(&second);
     let mut guest = entry(&s.id, "allowed");

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A hook stage's tool-id globs, as the hook gave them, with their matcher.
+/// A hook stage's tool-id globs, as the hook gave them (the slice it
+/// derefs to), with their matcher.
 #[derive(Clone)]
 pub struct ToolGlobs {
     patterns: Vec<String>,
@@ -40,15 +41,6 @@ impl ToolGlobs {
     /// Whether `tool` matches one of the patterns.
     pub fn matches(&self, tool: &str) -> bool {
         self.matcher.is_match(tool)
-    }
-
-    /// The patterns as given.
-    pub fn patterns(&self) -> &[String] {
-        &self.patterns
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.patterns.is_empty()
     }
 }
 
@@ -115,7 +107,7 @@ mod tests {
         assert!(!g.matches("unclosed"));
         assert!(!g.matches("{unclosed"));
         assert!(g.matches("read"));
-        assert_eq!(g.patterns(), ["{unclosed", "read"]);
+        assert_eq!(&*g, ["{unclosed", "read"]);
     }
 
     #[test]

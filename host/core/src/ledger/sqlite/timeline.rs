@@ -238,8 +238,9 @@ fn state(
 }
 
 /// For an import: the arguments each exported event's call started with,
-/// where they are not the ones it ended with (`parts`: each part's final
-/// state), so the copy's rows say what the original's said.
+/// where they are not the ones it ended with (`last_input`: each part's
+/// final arguments, by part id), so the copy's rows say what the
+/// original's said.
 pub(in crate::ledger) fn started_with<'a>(
     events: &'a [PartEvent],
     last_input: impl Fn(&str) -> Option<&'a Value>,

@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use warden_protocol::{
     AssistantInfo, CallId, Event, LlmEvent, LlmRequest, MessageError, MessageInfo,
-    MessageWithParts, Part, PartBody, ProviderError, SessionInfo, SessionStatus, ToolState,
+    MessageWithParts, Millis, Part, PartBody, ProviderError, SessionInfo, SessionStatus, ToolState,
 };
 
 use super::CoreInner;
@@ -33,6 +33,7 @@ use crate::agent::Agent;
 use crate::boundary::{CallEnv, CallFailure, CallOutcome, CallRequest, Rules};
 use crate::clock::now_ms;
 use crate::error::{CoreError, Result};
+use crate::ledger::phase::PhaseKind;
 use crate::tool::{CallContext, ToolDef, ToolOutput};
 use calls::{CallTable, Open};
 use runs::{Feedback, Runs};
@@ -243,7 +244,7 @@ impl<'a> Turn<'a> {
                     )
                     .await;
                 self.step.info.time.completed = Some(now_ms());
-                let _ = self.end_step(&marks).await;
+                let _ = self.end_step(&marks.take()).await;
                 return Err(e);
             }
         };
@@ -251,7 +252,7 @@ impl<'a> Turn<'a> {
         self.sink.close().await?;
         self.calls.interrupt(Open::All, cleanup_reason).await?;
         self.step.info.time.completed = Some(now_ms());
-        self.end_step(&marks).await?;
+        self.end_step(&marks.take()).await?;
 
         Ok(if self.needs_compaction {
             Outcome::Compact
@@ -264,14 +265,14 @@ impl<'a> Turn<'a> {
 
     /// Write the step's end: its header, its step-finish part (when the
     /// model finished it) and its phase marks, in one transaction.
-    async fn end_step(&mut self, marks: &PhaseMarks) -> Result<()> {
+    async fn end_step(&mut self, marks: &[(Millis, PhaseKind)]) -> Result<()> {
         let parts: Vec<Part> = self.finishing.take().into_iter().collect();
         self.core
             .ledger
             .end_step(
                 &MessageInfo::Assistant(self.step.info.clone()),
                 &parts,
-                &marks.take(),
+                marks,
             )
             .await
     }
@@ -279,17 +280,10 @@ impl<'a> Turn<'a> {
     /// Write the finished step's step-finish part and header now, when
     /// something follows it before the step's end.
     async fn write_finishing(&mut self) -> Result<()> {
-        let Some(part) = self.finishing.take() else {
-            return Ok(());
-        };
-        self.core
-            .ledger
-            .end_step(
-                &MessageInfo::Assistant(self.step.info.clone()),
-                &[part],
-                &[],
-            )
-            .await
+        match self.finishing {
+            Some(_) => self.end_step(&[]).await,
+            None => Ok(()),
+        }
     }
 
     /// Consume one stream until it ends, fails, or the session is cancelled.
