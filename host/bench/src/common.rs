@@ -133,8 +133,9 @@ pub struct CallClock {
 }
 
 /// One timed call: from its tool call to its completed part on the bus.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Window {
+    pub key: CallKey,
     pub start: Instant,
     pub end: Instant,
 }
@@ -211,6 +212,7 @@ impl CallClock {
             .iter()
             .filter_map(|(key, start)| {
                 completed.get(key).map(|end| Window {
+                    key: key.clone(),
                     start: *start,
                     end: *end,
                 })

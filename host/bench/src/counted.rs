@@ -4,7 +4,7 @@
 //! inferring them from the events the bus carried.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use warden_core::ledger::phase::{Phase, PhaseKind};
@@ -16,9 +16,10 @@ use warden_protocol::{
     MessageId, MessageInfo, MessageWithParts, Millis, Part, SessionId, SessionInfo,
 };
 
-/// One store call: when it ended, what it was, whether it wrote.
+/// One store call: when it began and ended, what it was, whether it wrote.
 #[derive(Debug, Clone, Copy)]
 pub struct Call {
+    pub started: Instant,
     pub ended: Instant,
     pub name: &'static str,
     pub wrote: bool,
@@ -42,8 +43,15 @@ impl Counted {
         )
     }
 
-    fn note<T>(&self, name: &'static str, wrote: bool, out: Result<T>) -> Result<T> {
+    fn note<T>(
+        &self,
+        name: &'static str,
+        wrote: bool,
+        started: Instant,
+        out: Result<T>,
+    ) -> Result<T> {
         let call = Call {
+            started,
             ended: Instant::now(),
             name,
             wrote,
@@ -60,14 +68,16 @@ impl Counted {
 /// expr)` for a transaction that writes, `read!` for one that does not.
 macro_rules! write {
     ($self:ident, $name:literal, $call:expr) => {{
+        let started = Instant::now();
         let out = $call.await;
-        $self.note($name, true, out)
+        $self.note($name, true, started, out)
     }};
 }
 macro_rules! read {
     ($self:ident, $name:literal, $call:expr) => {{
+        let started = Instant::now();
         let out = $call.await;
-        $self.note($name, false, out)
+        $self.note($name, false, started, out)
     }};
 }
 
@@ -281,4 +291,63 @@ pub fn within(calls: &[Call], start: Instant, end: Instant) -> (Vec<&'static str
     let inside = calls.iter().filter(|c| c.ended > start && c.ended <= end);
     let (writes, reads): (Vec<&Call>, Vec<&Call>) = inside.partition(|c| c.wrote);
     (writes.iter().map(|c| c.name).collect(), reads.len())
+}
+
+/// Where the writes that ended inside `start..=end` spent the window: the
+/// time the backend took for them (each from when it began, or from
+/// `start` if it began before), and when the last of them ended.
+pub fn write_time(calls: &[Call], start: Instant, end: Instant) -> (Duration, Option<Instant>) {
+    let writes = calls
+        .iter()
+        .filter(|c| c.wrote && c.ended > start && c.ended <= end);
+    writes.fold((Duration::ZERO, None), |(spent, last), c| {
+        (
+            spent + c.ended.saturating_duration_since(c.started.max(start)),
+            Some(last.map_or(c.ended, |l: Instant| l.max(c.ended))),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(start: Instant, from_us: u64, to_us: u64, wrote: bool) -> Call {
+        Call {
+            started: start + Duration::from_micros(from_us),
+            ended: start + Duration::from_micros(to_us),
+            name: "put_part",
+            wrote,
+        }
+    }
+
+    #[test]
+    fn a_windows_write_time_counts_its_writes_only_from_its_start() {
+        let t = Instant::now();
+        let w = |us| t + Duration::from_micros(us);
+        let calls = [
+            // Began before the window: counted from the window's start.
+            call(t, 0, 30, true),
+            // A read inside: not a write.
+            call(t, 40, 50, false),
+            call(t, 60, 100, true),
+            // Ended after the window: not in it.
+            call(t, 110, 200, true),
+        ];
+        let (spent, last) = write_time(&calls, w(10), w(150));
+        assert_eq!(spent, Duration::from_micros(20 + 40));
+        assert_eq!(last, Some(w(100)));
+        assert_eq!(
+            within(&calls, w(10), w(150)),
+            (vec!["put_part", "put_part"], 1)
+        );
+    }
+
+    #[test]
+    fn a_window_without_writes_spent_nothing_on_them() {
+        let t = Instant::now();
+        let calls = [call(t, 0, 5, false)];
+        let (spent, last) = write_time(&calls, t, t + Duration::from_micros(10));
+        assert_eq!((spent, last), (Duration::ZERO, None));
+    }
 }

@@ -107,6 +107,9 @@ pub struct Floors {
     pub tool: Summary,
     pub before: Summary,
     pub after: Summary,
+    /// The same bare calls, each right after 8 MiB of other memory was
+    /// written: before / tool / after.
+    pub cold: [Summary; 3],
     /// warden's own, for the same work.
     put_part: Summary,
     host_tool: Summary,
@@ -115,6 +118,16 @@ pub struct Floors {
 }
 
 impl Floors {
+    /// The three bare guest calls of a P1 step, warm (µs).
+    pub fn warm_guests(&self) -> f64 {
+        self.before.median_us + self.tool.median_us + self.after.median_us
+    }
+
+    /// The same, each call after the cache was made cold (µs).
+    pub fn cold_guests(&self) -> f64 {
+        self.cold.iter().map(|s| s.median_us).sum()
+    }
+
     pub fn rows(&self) -> Vec<Row> {
         let vs = |floor: &Summary, what: &str| format!("floor: {what} {}", fmt_us(floor.median_us));
         vec![
@@ -140,6 +153,25 @@ impl Floors {
                 ),
             )
             .data(json!({"before": self.before, "after": self.after})),
+            row(
+                "floor",
+                format!("bare wasmtime: the same three calls, each made right after {} MiB of other memory was written (caches cold): before / `echo` / after", COLD_BYTES >> 20),
+                format!(
+                    "median {} / {} / {}",
+                    fmt_us(self.cold[0].median_us),
+                    fmt_us(self.cold[1].median_us),
+                    fmt_us(self.cold[2].median_us)
+                ),
+            )
+            .against(
+                format!(
+                    "the same calls warm: {}",
+                    fmt_us(self.warm_guests())
+                ),
+                self.cold_guests() / self.warm_guests(),
+                None,
+            )
+            .data(json!({"before": self.cold[0], "tool": self.cold[1], "after": self.cold[2]})),
             row(
                 "component",
                 "warden `Ledger::put_part`: one new 1 KiB text part (upsert, serde, bus event)",
@@ -182,7 +214,8 @@ impl Floors {
 pub async fn measure(work: &Path, n: usize) -> Result<Floors> {
     let warm = n / 10 + 20;
     let txn = bare_transactions(&work.join("floor.db"), n, warm)?;
-    let (tool, before, after) = bare_guest_calls(n, warm).await?;
+    let (tool, before, after) = bare_guest_calls(n, warm, false).await?;
+    let (cold_tool, cold_before, cold_after) = bare_guest_calls(n, warm, true).await?;
 
     // warden's own calls for the same work.
     let project = work.join("floor");
@@ -239,6 +272,11 @@ pub async fn measure(work: &Path, n: usize) -> Result<Floors> {
         tool: summarize(&tool),
         before: summarize(&before),
         after: summarize(&after),
+        cold: [
+            summarize(&cold_before),
+            summarize(&cold_tool),
+            summarize(&cold_after),
+        ],
         put_part: summarize(&put_part),
         host_tool: summarize(&host_tool),
         host_before: summarize(&host_before),
@@ -311,9 +349,46 @@ pub async fn bare_instances(
     Ok(out)
 }
 
+/// How much memory the cold-cache variant writes before each bare call:
+/// twice the per-core L2 of the machines this runs on (the tables' headings
+/// name the machine), so what the call touches is no longer cached close by.
+const COLD_BYTES: usize = 8 << 20;
+
+/// Write one byte in every cache line of `buf` (the cold-cache variant).
+fn evict(buf: &mut [u8], round: usize) {
+    for (i, b) in buf.iter_mut().step_by(64).enumerate() {
+        *b = (i + round) as u8;
+    }
+    std::hint::black_box(&*buf);
+}
+
+/// Bare guest calls, `n` after `warm` (see [`bare_calls`]); with `cold`,
+/// each call is made right after [`COLD_BYTES`] of other memory is written.
+async fn bare_guest_calls(
+    n: usize,
+    warm: usize,
+    cold: bool,
+) -> Result<(Samples, Samples, Samples)> {
+    let mut buf = if cold {
+        vec![0u8; COLD_BYTES]
+    } else {
+        Vec::new()
+    };
+    bare_calls(n, warm, &mut |round| {
+        if !buf.is_empty() {
+            evict(&mut buf, round)
+        }
+    })
+    .await
+}
+
 /// A fresh store and instance per call, as warden makes them, without
-/// anything warden adds.
-async fn bare_guest_calls(n: usize, warm: usize) -> Result<(Samples, Samples, Samples)> {
+/// anything warden adds; `before_each` runs before each call, untimed.
+async fn bare_calls(
+    n: usize,
+    warm: usize,
+    before_each: &mut dyn FnMut(usize),
+) -> Result<(Samples, Samples, Samples)> {
     // warden's engine settings: the same constructor warden's host uses.
     let sandbox = Sandbox::new(64, None)?;
     let engine = &sandbox.engine;
@@ -356,6 +431,7 @@ async fn bare_guest_calls(n: usize, warm: usize) -> Result<(Samples, Samples, Sa
     };
     let (mut tool, mut before, mut after) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..n + warm {
+        before_each(i);
         let t0 = Instant::now();
         let mut store = bare_store(engine);
         let instance = tool_pre
@@ -371,6 +447,7 @@ async fn bare_guest_calls(n: usize, warm: usize) -> Result<(Samples, Samples, Sa
         drop(store);
         let t = t0.elapsed();
 
+        before_each(i);
         let t0 = Instant::now();
         let mut store = bare_store(engine);
         let instance = hook_pre
@@ -385,6 +462,7 @@ async fn bare_guest_calls(n: usize, warm: usize) -> Result<(Samples, Samples, Sa
         drop(store);
         let b = t0.elapsed();
 
+        before_each(i);
         let t0 = Instant::now();
         let mut store = bare_store(engine);
         let instance = hook_pre

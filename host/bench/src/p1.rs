@@ -7,13 +7,14 @@
 //! spawning the call, permission, before hook, tool, after hook, the audit
 //! row, the channel hop back and the completed write.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
 use serde_json::json;
-use warden_core::ledger::{SqliteStore, Store};
+use warden_core::ledger::{AuditEntry, SqliteStore, Store};
 use warden_core::{Bus, Ledger, PromptInput};
 use warden_llm::Models;
 use warden_protocol::ModelRef;
@@ -44,6 +45,22 @@ pub struct Run {
     /// The guest calls' medians as the audit trail recorded them, µs:
     /// before / tool / after.
     pub guest: (f64, f64, f64),
+    /// Where each call's window went (medians over the calls).
+    pub shares: Shares,
+}
+
+/// One call's window in four shares, µs: the ledger's transactions (the
+/// backend's time for the writes that ended in it), the three guest calls
+/// (as the audit trail timed them), the completed part's way from its
+/// commit to the subscriber (the held copy, the bus, the subscriber's
+/// wake-up), and the rest: the processor, the boundary, the task and
+/// channel hops.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Shares {
+    pub writes: f64,
+    pub guests: f64,
+    pub delivery: f64,
+    pub rest: f64,
 }
 
 impl Run {
@@ -129,17 +146,15 @@ pub async fn run(work: &Path, name: &str, store: Arc<dyn Store>, n: usize) -> Re
         .iter()
         .map(|w| counted::within(&store_calls, w.start, w.end))
         .collect();
+    // The guest calls inside it, as the audit trail recorded them (WasmHost
+    // timing: fresh instance, grants, limits).
+    let trail = trail_of(&core).await?;
+    let shares = shares(&windows, &store_calls, &trail);
     inside.sort_by_key(|(writes, _)| writes.len());
     let write_names = inside[inside.len() / 2].0.clone();
     let mut writes: Vec<f64> = inside.iter().map(|(w, _)| w.len() as f64).collect();
     let mut reads: Vec<f64> = inside.iter().map(|(_, r)| *r as f64).collect();
 
-    // The guest calls inside it, as the audit trail recorded them (WasmHost
-    // timing: fresh instance, grants, limits).
-    let mut trail = Vec::new();
-    for s in core.ledger().sessions().await? {
-        trail.extend(core.ledger().audit_trail(&s.id).await?);
-    }
     let stage = |name: &str| -> f64 {
         let mut us: Vec<f64> = trail
             .iter()
@@ -156,17 +171,59 @@ pub async fn run(work: &Path, name: &str, store: Arc<dyn Store>, n: usize) -> Re
         reads: median(&mut reads),
         lagged,
         guest: (stage("before"), stage("tool"), stage("after")),
+        shares,
     })
+}
+
+/// Every audit row of the core's sessions.
+async fn trail_of(core: &warden_core::Core) -> Result<Vec<AuditEntry>> {
+    let mut trail = Vec::new();
+    for s in core.ledger().sessions().await? {
+        trail.extend(core.ledger().audit_trail(&s.id).await?);
+    }
+    Ok(trail)
+}
+
+/// The guest stages of a call, as the audit trail names them.
+const GUEST_STAGES: [&str; 3] = ["before", "tool", "after"];
+
+/// Each window's shares, and their medians.
+fn shares(windows: &[Window], calls: &[counted::Call], trail: &[AuditEntry]) -> Shares {
+    let mut guests: HashMap<(&str, &str), f64> = HashMap::new();
+    for e in trail {
+        if let (Some(call), Some(us)) = (&e.call_id, e.duration_us)
+            && GUEST_STAGES.contains(&e.stage.as_str())
+        {
+            *guests.entry((e.session_id.as_str(), call)).or_default() += us as f64;
+        }
+    }
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let (mut w, mut g, mut d, mut r) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for win in windows {
+        let (spent, last) = counted::write_time(calls, win.start, win.end);
+        let guest = guests
+            .get(&(win.key.0.as_str(), win.key.1.as_str()))
+            .copied()
+            .unwrap_or(0.0);
+        let delivery = last.map_or(0.0, |l| us(win.end.saturating_duration_since(l)));
+        w.push(us(spent));
+        g.push(guest);
+        d.push(delivery);
+        r.push((us(win.duration()) - us(spent) - guest - delivery).max(0.0));
+    }
+    Shares {
+        writes: median(&mut w),
+        guests: median(&mut g),
+        delivery: median(&mut d),
+        rest: median(&mut r),
+    }
 }
 
 pub async fn measure(work: &Path, floors: &Floors, n: usize) -> Result<Vec<Row>> {
     let store = Arc::new(SqliteStore::open(&work.join("p1.db"))?);
     let run = run(work, "p1", store, n).await?;
-    let (p1, g) = (&run.calls, run.guest);
-    let floor = floors.tool.median_us
-        + floors.before.median_us
-        + floors.after.median_us
-        + run.writes * floors.txn.median_us;
+    let (p1, g, s) = (&run.calls, run.guest, run.shares);
+    let floor = floors.warm_guests() + run.writes * floors.txn.median_us;
 
     Ok(vec![
         row(
@@ -211,5 +268,29 @@ pub async fn measure(work: &Path, floors: &Floors, n: usize) -> Result<Vec<Row>>
             None,
         )
         .data(json!({"before_us": g.0, "tool_us": g.1, "after_us": g.2})),
+        row(
+            "P1",
+            "… where each call's window went (median of each share over the calls): the ledger's transactions (the backend's time for the writes that ended in the window) / the 3 guest calls (audit trail) / the completed part from its commit to the subscriber (held copy, bus, the subscriber thread's wake-up) / the rest (the processor, the boundary, task and channel hops)",
+            format!(
+                "{} / {} / {} / {}",
+                fmt_us(s.writes),
+                fmt_us(s.guests),
+                fmt_us(s.delivery),
+                fmt_us(s.rest)
+            ),
+        )
+        .against(
+            format!(
+                "bare: {:.0} transactions {} / guest calls warm {}, cold {}",
+                run.writes,
+                fmt_us(run.writes * floors.txn.median_us),
+                fmt_us(floors.warm_guests()),
+                fmt_us(floors.cold_guests())
+            ),
+            (s.writes + s.guests) / (run.writes * floors.txn.median_us + floors.warm_guests()),
+            None,
+        )
+        .note("medians of each share, so they need not add up to the window's median; the ratio is transactions and guest calls against their warm bare floors")
+        .data(json!({"writes_us": s.writes, "guests_us": s.guests, "delivery_us": s.delivery, "rest_us": s.rest})),
     ])
 }
