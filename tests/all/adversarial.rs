@@ -583,6 +583,7 @@ fn an_added_tool_is_mapped_or_asked_about() {
             "--dir",
             ".:ro",
             "--replace",
+            "--yes",
         ];
         args.push(Box::leak(adversary_wasm().into_boxed_str()));
         args.extend_from_slice(extra);

@@ -89,8 +89,22 @@ impl Env {
         }
     }
 
-    /// Write the config (warden.json in the project).
+    /// Write the config (warden.json in the project) and trust it, as the
+    /// operator does with `warden trust` (an untrusted one may only tighten;
+    /// `trust.rs` plays the checkout that nobody trusted).
     pub fn config(&self, config: Value) {
+        let file = self.project().join("warden.json");
+        let text = config.to_string();
+        std::fs::write(&file, &text).unwrap();
+        warden_core::config::trust::TrustStore::open(&self.data())
+            .unwrap()
+            .trust(&std::fs::canonicalize(&file).unwrap(), text.as_bytes())
+            .unwrap();
+    }
+
+    /// Write the project's warden.json without trusting it: what a cloned
+    /// repository brings.
+    pub fn untrusted_config(&self, config: Value) {
         std::fs::write(self.project().join("warden.json"), config.to_string()).unwrap();
     }
 
@@ -111,6 +125,8 @@ impl Env {
         c.args(args)
             .current_dir(self.project())
             .env("WARDEN_DATA_DIR", self.data())
+            // No user-level config but the test's own (none unless it writes one).
+            .env("XDG_CONFIG_HOME", self.root.path().join("user-config"))
             .env_remove("WARDEN_CONFIG")
             .env_remove("WARDEN_SCRIPTED_RECORD")
             .env_remove("WARDEN_LOG")

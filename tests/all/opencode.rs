@@ -104,7 +104,8 @@ pub(crate) fn offline(c: &mut Command, home: &Path) {
         .env("OPENCODE_DISABLE_DEFAULT_PLUGINS", "1")
         .env("OPENCODE_DISABLE_CLAUDE_CODE", "1")
         .env("OPENCODE_DISABLE_PROJECT_CONFIG", "1")
-        .env_remove("OPENCODE_SERVER_PASSWORD")
+        // The token test servers take (a test with a password of its own sets it after).
+        .env("OPENCODE_SERVER_PASSWORD", crate::server::TEST_TOKEN)
         .env_remove("OPENCODE_CONFIG")
         .env_remove("OPENCODE_CONFIG_CONTENT");
 }

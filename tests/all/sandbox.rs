@@ -550,6 +550,7 @@ fn plugin_add_installs_a_pinned_plugin_that_later_runs_load() {
         .warden(&[
             "plugin",
             "add",
+            "--yes",
             &fixture_wasm(),
             "--name",
             "fx",

@@ -35,9 +35,18 @@ impl Server {
         Server::launch(env, &args, vars)
     }
 
-    /// `warden serve --port 0 ARGS` with these environment variables.
+    /// `warden serve --port 0 ARGS` with these environment variables. A
+    /// server always authenticates: unless the test gives a token of its
+    /// own (or `--no-auth`), it gets [`TEST_TOKEN`], which [`client`] sends.
     pub(crate) fn launch(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Server {
         let mut args = vec!["serve", "--port", "0"];
+        let own = extra.iter().any(|a| *a == "--token" || *a == "--no-auth")
+            || vars
+                .iter()
+                .any(|(k, _)| *k == "OPENCODE_SERVER_PASSWORD" || *k == "WARDEN_TOKEN");
+        if !own {
+            args.extend_from_slice(&["--token", TEST_TOKEN]);
+        }
         args.extend_from_slice(extra);
         let mut cmd = env.warden(&args);
         for (k, v) in vars {
@@ -69,8 +78,19 @@ impl Server {
     }
 }
 
+/// The token test servers take unless a test gives its own.
+pub(crate) const TEST_TOKEN: &str = "warden-test-token-7f3a";
+
+/// An HTTP client that sends [`TEST_TOKEN`] unless a request carries an
+/// `Authorization` header of its own.
 pub(crate) fn client() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        reqwest::header::HeaderValue::from_str(&format!("Bearer {TEST_TOKEN}")).unwrap(),
+    );
     reqwest::Client::builder()
+        .default_headers(headers)
         .timeout(Duration::from_secs(120))
         .build()
         .unwrap()
@@ -713,12 +733,12 @@ async fn bad_requests_get_json_errors_and_change_nothing() {
 async fn a_token_guards_every_request_and_is_required_off_loopback() {
     let env = Env::new();
     let out = env
-        .warden(&["serve", "--host", "0.0.0.0", "--port", "0"])
+        .warden(&["serve", "--host", "0.0.0.0", "--port", "0", "--no-auth"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("pass --token"),
+        String::from_utf8_lossy(&out.stderr).contains("drop --no-auth"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -1053,11 +1073,11 @@ async fn two_servers_on_one_ledger_never_run_a_session_at_once_queue_each_other_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_a_token_only_localhost_names_and_no_cassettes_unless_allowed() {
+async fn with_no_auth_only_localhost_names_and_no_cassettes_unless_allowed() {
     let env = Env::new();
     env.cassette(json!([{"text": "hi"}]));
-    // Started without --allow-scripted.
-    let mut cmd = env.warden(&["serve", "--port", "0"]);
+    // Started without --allow-scripted, and without a token (only by asking).
+    let mut cmd = env.warden(&["serve", "--port", "0", "--no-auth"]);
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

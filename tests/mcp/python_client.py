@@ -1,6 +1,6 @@
 """Drive warden's MCP endpoint with the reference Python SDK.
 
-Usage: python python_client.py URL
+Usage: python python_client.py URL TOKEN
 Prints one JSON line: the tools listed and the results of two calls.
 """
 
@@ -8,12 +8,14 @@ import asyncio
 import json
 import sys
 
+import httpx
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
 
-async def main(url: str) -> None:
-    async with streamable_http_client(url) as streams:
+async def main(url: str, token: str) -> None:
+    auth = httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    async with streamable_http_client(url, http_client=auth) as streams:
         read, write = streams[0], streams[1]
         async with ClientSession(
             read,
@@ -37,4 +39,4 @@ async def main(url: str) -> None:
             )
 
 
-asyncio.run(main(sys.argv[1]))
+asyncio.run(main(sys.argv[1], sys.argv[2]))

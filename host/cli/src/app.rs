@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use warden_core::boundary::Protected;
+use warden_core::config::trust::TrustStore;
+use warden_core::config::{Loaded, Sources};
 use warden_core::{Bus, Config, Core, CoreOptions, Ledger};
 use warden_llm::Models;
 use warden_runtime::WasmHost;
@@ -20,22 +22,37 @@ pub fn data_dir(common: &Common) -> Result<PathBuf> {
     Ok(base.join("warden"))
 }
 
-/// The config: `--config`, `WARDEN_CONFIG`, `warden.json` in `dir`, or the defaults.
-pub fn config(common: &Common, dir: &Path) -> Result<(Config, Option<PathBuf>)> {
-    let path = match &common.config {
-        Some(p) => Some(p.clone()),
-        None => {
-            let p = dir.join("warden.json");
-            p.exists().then_some(p)
-        }
-    };
-    match path {
-        Some(p) => {
-            let c = Config::load(&p).map_err(|e| anyhow::anyhow!(e))?;
-            Ok((c, Some(p)))
-        }
-        None => Ok((Config::default(), None)),
+/// The user-level config: `warden/warden.json` in the platform's config
+/// dir (`$XDG_CONFIG_HOME`, else `~/.config`). Trusted whole, like `--config`.
+pub fn user_config() -> Option<PathBuf> {
+    dirs::config_dir().map(|d| d.join("warden").join("warden.json"))
+}
+
+/// The config: the operator's (`--config`, `WARDEN_CONFIG`, else the
+/// user-level config), then `warden.json` in `dir`, whole when the operator
+/// trusts it (`warden trust`), else only what tightens. What an untrusted
+/// project config could not set is said on stderr, once per command.
+pub fn config(common: &Common, dir: &Path) -> Result<Loaded> {
+    let data_dir = data_dir(common)?;
+    let trust = TrustStore::open(&data_dir).map_err(|e| anyhow::anyhow!(e))?;
+    let user = user_config();
+    let loaded = warden_core::config::load_layers(&Sources {
+        explicit: common.config.as_deref(),
+        user: user.as_deref(),
+        project_dir: dir,
+        trust: &trust,
+    })
+    .map_err(|e| anyhow::anyhow!(e))?;
+    static SAID: std::sync::Once = std::sync::Once::new();
+    if let Some(notice) = loaded.notice() {
+        SAID.call_once(|| crate::warn(&notice));
     }
+    Ok(loaded)
+}
+
+/// The file shown as "the config" (the last one read), if any.
+pub fn config_path(loaded: &Loaded) -> Option<PathBuf> {
+    loaded.paths().last().map(Path::to_path_buf)
 }
 
 /// Where the ledger lives: `--ledger` / `WARDEN_LEDGER`, else the config's
@@ -63,8 +80,8 @@ pub fn ledger_file(location: &str) -> Option<PathBuf> {
 pub async fn ledger(common: &Common) -> Result<Ledger> {
     let data_dir = data_dir(common)?;
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
-    let (config, _) = config(common, &cwd)?;
-    open_ledger(&ledger_location(common, &config, &data_dir), &data_dir).await
+    let loaded = config(common, &cwd)?;
+    open_ledger(&ledger_location(common, &loaded.config, &data_dir), &data_dir).await
 }
 
 /// Open the ledger at `location`. The data dir is created (or tightened to
@@ -88,21 +105,37 @@ pub struct App {
     pub core: Core,
     pub host: Arc<WasmHost>,
     pub data_dir: PathBuf,
+    /// The config files read, the operator's first.
+    pub config_files: Vec<PathBuf>,
 }
 
 /// Load the plugins and build the core.
 pub async fn build(common: &Common, dir: &Path) -> Result<App> {
+    build_with(common, dir, warden_core::session::admission::Admission::default()).await
+}
+
+/// The same, for a host with a policy of its own for what it runs (`serve`).
+pub async fn build_with(
+    common: &Common,
+    dir: &Path,
+    admission: warden_core::session::admission::Admission,
+) -> Result<App> {
     let data_dir = data_dir(common)?;
-    let (config, config_path) = config(common, dir)?;
+    let loaded = config(common, dir)?;
+    let config_files: Vec<PathBuf> = loaded.paths().map(Path::to_path_buf).collect();
+    let config = loaded.config;
     let location = ledger_location(common, &config, &data_dir);
     let ledger = open_ledger(&location, &data_dir).await?;
     let mut host = load_host(&config, &data_dir)
         .await
         .context("cannot load the plugins")?;
     for note in host.cache_rejections() {
-        eprintln!("warning: {note}");
+        crate::warn(&note);
     }
-    let mut options = CoreOptions::default();
+    let mut options = CoreOptions {
+        admission,
+        ..CoreOptions::default()
+    };
     if let Some(ms) = std::env::var("WARDEN_LEASE_TTL_MS")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
@@ -113,14 +146,18 @@ pub async fn build(common: &Common, dir: &Path) -> Result<App> {
     // the ledger (every session's history), the compiled cache and the
     // installed plugins not even read. (The demo's scratch projects, also in
     // the data dir, are ordinary working directories.)
-    if let Some(path) = config_path.and_then(|p| std::fs::canonicalize(p).ok()) {
+    // Every config file read, the project's included: a tool that rewrote
+    // one could grant itself more at the next start.
+    for path in config_files.iter().filter_map(|p| std::fs::canonicalize(p).ok()) {
         options.protected.push(Protected {
             path,
             writes_only: true,
         });
     }
     if let Ok(data) = std::fs::canonicalize(&data_dir) {
-        for name in ["cache", "plugins"] {
+        // The server's token and the trust list too: reading the one is
+        // the server's rights, writing the other trusts any project.
+        for name in ["cache", "plugins", "server-token", "trust.json"] {
             options.protected.push(Protected {
                 path: data.join(name),
                 writes_only: false,
@@ -142,6 +179,23 @@ pub async fn build(common: &Common, dir: &Path) -> Result<App> {
     host.protect(options.protected.iter().map(|p| p.path.clone()));
     let host = Arc::new(host);
     // The config's MCP servers join the plugins' tools behind the same boundary.
+    // Each says so on stderr: a local one is a program running as you,
+    // outside every grant.
+    for (name, server) in config.mcp.iter().filter(|(_, s)| s.enabled()) {
+        let what = match server {
+            warden_core::config::McpServerConfig::Local { command, .. } => format!(
+                "starting MCP server {name}: `{}` (not sandboxed: it runs as you)",
+                command.join(" ")
+            ),
+            warden_core::config::McpServerConfig::Remote { url, .. } => {
+                format!("connecting to MCP server {name} at {url}")
+            }
+        };
+        eprintln!(
+            "warden: {}",
+            warden_protocol::text::json_terminal_safe(&what)
+        );
+    }
     let tools: Arc<dyn warden_core::tool::ToolHost> = if config.mcp.is_empty() {
         host.clone()
     } else {
@@ -162,6 +216,7 @@ pub async fn build(common: &Common, dir: &Path) -> Result<App> {
         core,
         host,
         data_dir,
+        config_files,
     })
 }
 

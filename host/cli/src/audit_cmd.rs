@@ -77,7 +77,7 @@ pub async fn audit(args: AuditArgs) -> Result<ExitCode> {
     if let Some(name) = &args.plugin {
         // A plugin is known by its tools, its hook and its content hash.
         let cwd = std::env::current_dir().context("cannot read the current directory")?;
-        let (config, _) = app::config(&args.common, &cwd)?;
+        let config = app::config(&args.common, &cwd)?.config;
         let host = app::load_host(&config, &data_dir)
             .await
             .context("cannot load the plugins")?;

@@ -2,11 +2,23 @@
 //! plugin runtime from the config, then renders bus events.
 
 /// `println!` that ignores a closed stdout (e.g. piped into `head`)
-/// instead of panicking.
+/// instead of panicking, and never lets untrusted text act on the terminal:
+/// every line goes through the one sanitiser
+/// ([`warden_protocol::text::json_terminal_safe`], which leaves a JSON
+/// document the same value).
 macro_rules! say {
+    () => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout());
+    }};
     ($($t:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($t)*);
+        let line = format!($($t)*);
+        let _ = writeln!(
+            std::io::stdout(),
+            "{}",
+            warden_protocol::text::json_terminal_safe(&line)
+        );
     }};
 }
 
@@ -25,9 +37,12 @@ mod session_cmd;
 mod spinner;
 mod table;
 mod trace;
+mod trust_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+use warden_protocol::text::json_terminal_safe;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -96,6 +111,8 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Trust a project's own warden.json (until it changes); untrusted, it may only tighten the operator's config.
+    Trust(trust_cmd::TrustArgs),
     /// Inspect the plugins the config loads.
     Plugin {
         #[command(subcommand)]
@@ -105,10 +122,32 @@ enum Command {
     },
 }
 
+/// A `warning: …` line on standard error, made safe for the terminal.
+pub fn warn(message: &str) {
+    eprintln!("warning: {}", json_terminal_safe(message));
+}
+
+/// Standard error for log lines: a guest's log, an MCP server's name or a
+/// model's error can carry escape sequences, so each write is sanitised.
+struct SafeStderr;
+
+impl std::io::Write for SafeStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        std::io::stderr().write_all(json_terminal_safe(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| SafeStderr)
+        .with_ansi(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
                 .unwrap_or_else(|_| "error".into()),
@@ -135,12 +174,13 @@ fn main() -> ExitCode {
             Command::Plugin { command, common } => plugin_cmd::plugin(command, common).await,
             Command::Serve(args) => serve::serve(args).await,
             Command::Mcp(args) => mcp_cmd::mcp(args).await,
+            Command::Trust(args) => trust_cmd::trust(args),
         }
     });
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", json_terminal_safe(&format!("{e:#}")));
             ExitCode::from(1)
         }
     }

@@ -73,6 +73,14 @@ pub struct AddArgs {
     /// Replace an installed plugin of the same name.
     #[arg(long)]
     pub replace: bool,
+    /// Build the project folder first. Building runs the project's own code
+    /// (build.rs, npm or Python steps) as you, so it is never done unasked.
+    #[arg(long)]
+    pub build: bool,
+    /// Install without asking (required when not on a terminal): what the
+    /// plugin gets is still printed first.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
 }
 
 /// Check the component loads with these grants, then install it.
@@ -82,17 +90,30 @@ async fn add(
     data_dir: &std::path::Path,
 ) -> Result<ExitCode> {
     use warden_core::config::{DirGrant, DirMode, Grants, PluginConfig};
-    let (path, project) = crate::author::component_of(&args.path, data_dir)?;
-    let project_name = project.as_ref().map(|p| p.name.clone());
-    let bytes =
-        std::fs::read(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let project_name = if args.path.is_dir() {
+        Some(crate::author::Project::load(&args.path)?.name)
+    } else {
+        None
+    };
     let name = match args.name.clone().or(project_name) {
         Some(n) => n,
-        None => path
+        None => args
+            .path
             .file_stem()
             .map(|s| s.to_string_lossy().replace(['.', ' '], "-"))
             .unwrap_or_else(|| "plugin".into()),
     };
+    // Said before anything is built or compiled.
+    let folder = app::plugin_dir(data_dir).join(&name);
+    if folder.exists() && !args.replace {
+        anyhow::bail!(
+            "a plugin named {name} is already installed in {}; pass --replace to update it, or --name to install this one beside it",
+            folder.display()
+        );
+    }
+    let (path, project) = crate::author::component_of(&args.path, data_dir, args.build)?;
+    let bytes =
+        std::fs::read(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     let mut grants = Grants::default();
     for d in &args.dirs {
         let (path, mode) = match d.rsplit_once(':') {
@@ -155,6 +176,29 @@ async fn add(
         },
         started.elapsed().as_secs_f64()
     );
+    let Some(loaded) = host.plugins().first() else {
+        anyhow::bail!("{} loaded as no plugin", path.display());
+    };
+    // Installing is consent: the operator sees what the plugin will get.
+    say!("{name} will get:");
+    for line in consent_lines(loaded) {
+        say!("  {line}");
+    }
+    if !args.yes {
+        use std::io::IsTerminal as _;
+        if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+            anyhow::bail!(
+                "not installed: confirm with --yes to install {name} with what is listed above (nobody is at a terminal to ask)"
+            );
+        }
+        eprint!("install {name}? [y/N] ");
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer)?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            say!("not installed");
+            return Ok(ExitCode::from(1));
+        }
+    }
     let manifest = warden_runtime::plugin_dir::Manifest {
         sha256: None,
         grants,
@@ -169,13 +213,63 @@ async fn add(
         args.replace,
     )
     .map_err(|e| anyhow::anyhow!(e))?;
-    if let Some(p) = host.plugins().first() {
-        say!("installed {} in {}", name, folder.display());
-        let mut shown = describe(p);
-        shown["path"] = json!(folder.join("plugin.wasm").display().to_string());
-        say!("{}", serde_json::to_string_pretty(&shown)?);
-    }
+    say!("installed {} in {}", name, folder.display());
+    let mut shown = describe(loaded);
+    shown["path"] = json!(folder.join("plugin.wasm").display().to_string());
+    say!("{}", serde_json::to_string_pretty(&shown)?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a plugin about to be installed will get, one line each: its tools
+/// and how the rules see them (or its hook), and every grant.
+fn consent_lines(p: &LoadedPlugin) -> Vec<String> {
+    let mut out = vec![format!("sha256 {}", p.hash)];
+    match p.hook() {
+        Some(h) => out.push(format!(
+            "hook: before [{}] after [{}]{}",
+            h.before.join(", "),
+            h.after.join(", "),
+            if h.fail_open { ", fails open" } else { "" }
+        )),
+        None => {
+            for t in p.tools() {
+                let seen_as = match &t.pattern {
+                    warden_core::tool::PatternSource::Path(a) => format!(" on its path argument {a}"),
+                    warden_core::tool::PatternSource::Url(a) => format!(" on its URL argument {a}"),
+                    _ => String::new(),
+                };
+                out.push(format!(
+                    "tool {}: permission {}{seen_as}{}",
+                    t.id,
+                    t.permission,
+                    if t.mapped { "" } else { " (unmapped: always asked about)" }
+                ));
+            }
+        }
+    }
+    let g = &p.grants;
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let dirs: Vec<String> = g
+        .dirs
+        .iter()
+        .zip(resolved_dirs(p, &cwd))
+        .map(|(d, r)| {
+            let mode = if d.mode == warden_core::config::DirMode::ReadOnly { "ro" } else { "rw" };
+            match r["resolved"].as_str() {
+                Some(real) if real != d.path => format!("{}:{mode} ({real} here)", d.path),
+                _ => format!("{}:{mode}", d.path),
+            }
+        })
+        .collect();
+    let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.join(", ") };
+    out.push(format!("directories: {}", list(&dirs)));
+    out.push(format!("environment variables: {}", list(&g.env)));
+    out.push(format!("HTTP hosts: {}", list(&g.hosts)));
+    out.push(format!(
+        "limits: {} MiB memory, {} ms a call, {} KiB output",
+        g.memory_mb, g.timeout_ms, g.max_output_kb
+    ));
+    out
 }
 
 /// `--tool TOOL:PERMISSION[:path=ARG|:url=ARG]` flags as tool settings.
@@ -193,9 +287,11 @@ fn tool_mappings(
         let (Some(tool), Some(permission)) = (parts.next(), parts.next()) else {
             return Err(bad());
         };
-        if tool.is_empty() || permission.is_empty() || permission.contains(['*', '?']) {
+        if tool.is_empty() || permission.is_empty() {
             return Err(bad());
         }
+        warden_core::permission::policy::check_name(permission)
+            .map_err(|e| format!("--tool {flag:?}: {e}"))?;
         let mut settings = warden_core::config::ToolSettings {
             permission: Some(permission.to_string()),
             ..Default::default()
@@ -265,7 +361,9 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
         PluginCommand::Build(args) => return crate::author::build(args, &data_dir),
         other => other,
     };
-    let (config, config_path) = app::config(&common, &cwd)?;
+    let loaded = app::config(&common, &cwd)?;
+    let config_path = app::config_path(&loaded);
+    let config = loaded.config;
     let command = match command {
         PluginCommand::Add(args) => return add(args, &config, &data_dir).await,
         other => other,

@@ -248,15 +248,7 @@ fn clip(s: &str, max: usize) -> String {
 /// Model, plugin and provider text shown on a terminal, without control
 /// characters (an escape sequence could rewrite what a question says).
 fn clean(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() && c != '\n' && c != '\t' {
-                '?'
-            } else {
-                c
-            }
-        })
-        .collect()
+    warden_protocol::text::terminal_safe(s).into_owned()
 }
 
 /// Run `work` while rendering the session's events, answering permission

@@ -23,8 +23,14 @@ pub struct ServeArgs {
     /// and the token as password (what OpenCode's clients send from
     /// OPENCODE_SERVER_PASSWORD), or Authorization: Bearer TOKEN. Also read
     /// from OPENCODE_SERVER_PASSWORD.
+    /// Without one, the token in the data dir's `server-token` (made on
+    /// first start, readable by you alone) is required.
     #[arg(long, env = "WARDEN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Serve without a token: anyone who can reach the port (every local
+    /// user, on loopback) acts with your rights. Loopback only.
+    #[arg(long, conflicts_with = "token")]
+    pub no_auth: bool,
     /// The model of prompts that name none: provider/model or scripted:PATH
     /// (default: the agent's, else the config's).
     #[arg(long)]
@@ -66,18 +72,41 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
             anyhow::bail!("--cors {origin:?} is not an origin; write it as https://host[:port]");
         }
     }
-    if warden_server::needs_token(&addr) && token.is_none() {
+    if warden_server::needs_token(&addr) && args.no_auth {
         anyhow::bail!(
-            "listening on {addr} would expose the API beyond this machine; pass --token (or set WARDEN_TOKEN), or listen on 127.0.0.1"
+            "listening on {addr} without a token would expose the API beyond this machine; drop --no-auth, or listen on 127.0.0.1"
         );
     }
+    let data_dir = app::data_dir(&args.common)?;
+    let token = match (token, args.no_auth) {
+        (Some(t), _) => Some(Token::given(t)),
+        (None, true) => {
+            crate::warn(
+                "--no-auth: every local user (and any program of theirs) can call this server with your rights; use it only on a machine of your own",
+            );
+            None
+        }
+        (None, false) => Some(Token::from_file(&data_dir)?),
+    };
     let dir = match args.dir {
         Some(d) => d,
         None => std::env::current_dir()?,
     };
     let dir = std::fs::canonicalize(&dir)
         .with_context(|| format!("--dir {}: cannot be used", dir.display()))?;
-    let app = app::build(&args.common, &dir).await?;
+    // What this host runs, whichever host accepted the prompt: sessions in
+    // its directory, cassettes only its own unless --allow-scripted.
+    let admission = warden_core::session::admission::Admission {
+        root: Some(dir.clone()),
+        scripted: if args.allow_scripted {
+            warden_core::session::admission::Scripted::Any
+        } else {
+            warden_core::session::admission::Scripted::Operators {
+                also: model.clone(),
+            }
+        },
+    };
+    let app = app::build_with(&args.common, &dir, admission).await?;
     // On a ledger shared by hosts, a client of another host may answer this
     // host's questions (the relay carries the answer; see permission/ask.rs).
     app.core.permissions().answer_from_other_hosts();
@@ -87,7 +116,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
             .await
             .with_context(|| format!("--model {m}"))?;
     }
-    let config_path = app::config(&args.common, &dir)?.1;
+    let config_path = app.config_files.last().cloned();
     let plugins = app
         .host
         .plugins()
@@ -97,7 +126,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
     let router = warden_server::router(
         app.core.clone(),
         ServerOptions {
-            token,
+            token: token.as_ref().map(|t| t.secret.clone()),
             username,
             directory: dir,
             data_dir: app.data_dir.clone(),
@@ -105,7 +134,6 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
             model,
             plugins,
             cors: args.cors,
-            allow_scripted: args.allow_scripted,
             ..ServerOptions::default()
         },
     );
@@ -117,6 +145,15 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
         "warden listening on http://{local} (ledger {})",
         app.core.ledger().path()
     );
+    if let Some(Token {
+        file: Some(file), ..
+    }) = &token
+    {
+        say!(
+            "every request needs the token in {0}: `Authorization: Bearer $(cat {0})`; OpenCode's clients: OPENCODE_SERVER_PASSWORD=$(cat {0}); MCP clients: http://{local}/warden/mcp with the same Bearer header",
+            file.display()
+        );
+    }
 
     // Take over sessions whose runner died with its process (a lease that
     // outlived it), here or in another server sharing the ledger, and
@@ -153,4 +190,70 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
         .await
         .context("the server stopped")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The secret every request must carry, and where it came from.
+struct Token {
+    secret: String,
+    /// The data dir's token file, when the operator gave none.
+    file: Option<PathBuf>,
+}
+
+/// The token file in the data dir.
+pub const TOKEN_FILE: &str = "server-token";
+
+impl Token {
+    fn given(secret: String) -> Token {
+        Token { secret, file: None }
+    }
+
+    /// The data dir's token, made on first start: 32 random bytes as hex,
+    /// in a file only its owner can read (created so, never widened later).
+    fn from_file(data_dir: &std::path::Path) -> Result<Token> {
+        use std::io::Write as _;
+        use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+        warden_runtime::cache::owner_only_dir(data_dir).map_err(|e| anyhow::anyhow!(e))?;
+        let file = data_dir.join(TOKEN_FILE);
+        let secret: [u8; 32] = rand::random();
+        let secret = hex::encode(secret);
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&file)
+        {
+            Ok(mut f) => {
+                f.write_all(secret.as_bytes())
+                    .and_then(|_| f.sync_all())
+                    .with_context(|| format!("cannot write {}", file.display()))?;
+                return Ok(Token {
+                    secret,
+                    file: Some(file),
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", file.display())),
+        }
+        let meta = std::fs::metadata(&file).with_context(|| format!("cannot read {}", file.display()))?;
+        if meta.permissions().mode() & 0o077 != 0 {
+            anyhow::bail!(
+                "{} can be read by other users, so it is no secret; remove it (a new one is made) or `chmod 600` it",
+                file.display()
+            );
+        }
+        let secret = std::fs::read_to_string(&file)
+            .with_context(|| format!("cannot read {}", file.display()))?
+            .trim()
+            .to_string();
+        if secret.len() < 16 {
+            anyhow::bail!(
+                "{} holds no usable token (under 16 characters); remove it and a new one is made",
+                file.display()
+            );
+        }
+        Ok(Token {
+            secret,
+            file: Some(file),
+        })
+    }
 }

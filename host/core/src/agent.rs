@@ -5,6 +5,7 @@
 //! defaults, then the config's global rules, then its own.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use warden_protocol::{ModelRef, Rule};
 
@@ -23,8 +24,9 @@ pub struct Agent {
     pub description: String,
     /// The most model steps per prompt.
     pub steps: Option<u32>,
-    /// Defaults, then global config rules, then the agent's own.
-    pub rules: Vec<Rule>,
+    /// The operator's rules (defaults, then global config rules, then the
+    /// agent's own) and the restrictions an untrusted project config adds.
+    pub policy: Arc<permission::Policy>,
     pub system: Option<String>,
     pub model: Option<ModelRef>,
 }
@@ -65,6 +67,10 @@ impl Agents {
                         .map_err(|e| CoreError::Config(format!("agent.{name}: {e}")))?,
                 );
             }
+            let mut restrict = config.restrictions.rules.clone();
+            if let Some(own) = config.restrictions.agents.get(name) {
+                restrict.extend(own.iter().cloned());
+            }
             let model = match &cfg.model {
                 Some(m) => Some(Models::parse(m)?),
                 None => None,
@@ -77,7 +83,10 @@ impl Agents {
                         "Works in the project with the tools it is allowed.".into()
                     }),
                     steps: cfg.steps,
-                    rules,
+                    policy: Arc::new(permission::Policy {
+                        operator: rules,
+                        restrict,
+                    }),
                     system: cfg.system.clone(),
                     model,
                 },
@@ -131,15 +140,15 @@ mod tests {
         let build = agents.get("build").unwrap();
         assert_eq!(build.steps, Some(3));
         assert_eq!(
-            permission::evaluate("read", "a.rs", &[&build.rules]).action,
+            permission::evaluate("read", "a.rs", &[&build.policy.operator]).action,
             Action::Deny
         );
         assert_eq!(
-            permission::evaluate("read", "a.md", &[&build.rules]).action,
+            permission::evaluate("read", "a.md", &[&build.policy.operator]).action,
             Action::Allow
         );
         assert_eq!(
-            permission::evaluate("doom_loop", "read", &[&build.rules]).action,
+            permission::evaluate("doom_loop", "read", &[&build.policy.operator]).action,
             Action::Ask
         );
         assert!(

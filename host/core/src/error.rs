@@ -50,6 +50,12 @@ pub enum CoreError {
     #[error("config: {0}")]
     Config(String),
 
+    /// This host's own policy does not let it run the session (its
+    /// directory is outside the host's root); raised before any lease is
+    /// taken, so another host may run it.
+    #[error("session {session} is not run by this host: {why}")]
+    NotHere { session: SessionId, why: String },
+
     /// The session was cancelled.
     #[error("cancelled")]
     Cancelled,
@@ -79,6 +85,10 @@ impl CoreError {
             CoreError::Provider(e) => CoreError::Provider(e.clone()),
             CoreError::Config(s) => CoreError::Config(s.clone()),
             CoreError::Cancelled => CoreError::Cancelled,
+            CoreError::NotHere { session, why } => CoreError::NotHere {
+                session: session.clone(),
+                why: why.clone(),
+            },
             CoreError::PromptFailed(s) => CoreError::PromptFailed(s.clone()),
             other => CoreError::Internal(other.to_string()),
         }

@@ -13,6 +13,7 @@ pub mod message;
 pub mod part;
 pub mod permission;
 pub mod session;
+pub mod text;
 pub mod tool_state;
 
 pub use event::{Envelope, Event, next_event_id};

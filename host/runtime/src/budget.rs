@@ -30,10 +30,24 @@ pub const LOG_BYTES_PER_SEC: usize = 32 * 1024;
 /// Progress metadata bytes one call may send, and the rate.
 pub const PROGRESS_BYTES: usize = 256 * 1024;
 pub const PROGRESS_BYTES_PER_SEC: usize = 128 * 1024;
-/// The longest log line kept.
+/// The longest log line kept, in bytes (the rest is never copied).
 pub const LOG_LINE: usize = 4096;
+/// The most log lines one call may write, whatever their length.
+pub const LOG_LINES: usize = 1024;
+/// What every log line and progress update costs besides its bytes, so
+/// empty ones are paid for too.
+pub const LINE_COST: usize = 64;
 /// The largest one progress update.
 pub const PROGRESS_UPDATE: usize = 16 * 1024;
+/// The longest progress title kept, in characters.
+pub const TITLE_CHARS: usize = 200;
+/// The longest permission name a guest may ask for, in bytes.
+pub const ASK_PERMISSION: usize = 256;
+/// The most patterns in one question, and the longest one, in bytes.
+pub const ASK_PATTERNS: usize = 16;
+pub const ASK_PATTERN: usize = 1024;
+/// The largest metadata of one question, in bytes.
+pub const ASK_METADATA: usize = 16 * 1024;
 
 /// A byte allowance: at most `total` over the call, drawn from a bucket that
 /// refills at `per_sec` (burst `per_sec`).
@@ -111,10 +125,20 @@ impl Asks {
     }
 }
 
+/// One call's log: its bytes and its lines, each counted.
+#[derive(Debug)]
+pub struct Log {
+    pub bytes: Allowance,
+    pub lines: usize,
+    pub dropped_lines: usize,
+    /// Whether the call was told its lines are being dropped.
+    pub said_full: bool,
+}
+
 /// What the host interface has used of one call's budget.
 #[derive(Debug)]
 pub struct Meter {
-    pub log: Allowance,
+    pub log: Log,
     pub progress: Allowance,
     pub asks: Asks,
 }
@@ -122,7 +146,12 @@ pub struct Meter {
 impl Default for Meter {
     fn default() -> Meter {
         Meter {
-            log: Allowance::new(LOG_BYTES, LOG_BYTES_PER_SEC),
+            log: Log {
+                bytes: Allowance::new(LOG_BYTES, LOG_BYTES_PER_SEC),
+                lines: 0,
+                dropped_lines: 0,
+                said_full: false,
+            },
             progress: Allowance::new(PROGRESS_BYTES, PROGRESS_BYTES_PER_SEC),
             asks: Asks::default(),
         }

@@ -329,6 +329,12 @@ fn check_tools(
         }
         let mapped = settings.contains_key(&s.id) || !reaches_out;
         let set = settings.get(&s.id).cloned().unwrap_or_default();
+        // One literal name: an `always` answer for a glob would cover
+        // other tools' permissions, a reserved one would switch hooks.
+        if let Some(p) = &set.permission {
+            warden_core::permission::policy::check_name(p)
+                .map_err(|e| format!("tool {}: {e}", s.id))?;
+        }
         let pattern = match (&set.path_arg, &set.url_arg) {
             (Some(a), _) => PatternSource::Path(a.clone()),
             (None, Some(a)) => PatternSource::Url(a.clone()),
@@ -342,6 +348,7 @@ fn check_tools(
             pattern,
             guest: guest.clone(),
             mapped,
+            server: None,
         });
     }
     for name in settings.keys() {

@@ -195,7 +195,7 @@ pub async fn agents(State(state): State<AppState>) -> Json<Vec<Value>> {
                 "description": a.description,
                 "mode": "primary",
                 "native": a.name == warden_core::agent::DEFAULT_AGENT,
-                "permission": a.rules,
+                "permission": a.policy.operator,
                 "options": {},
             });
             if let Some(m) = &a.model {
@@ -222,10 +222,18 @@ pub async fn commands() -> Json<Vec<Value>> {
     Json(Vec::new())
 }
 
+/// The client's directory when it lies inside the server's (judged by
+/// where it really leads), else the server's: nothing outside `--dir` is
+/// read or named for a client.
 fn client_dir(state: &AppState, q: &Location) -> String {
+    let root = &state.options.directory;
     q.directory
-        .clone()
-        .unwrap_or_else(|| state.options.directory.display().to_string())
+        .as_deref()
+        .and_then(|d| std::fs::canonicalize(d).ok())
+        .filter(|d| d.starts_with(root))
+        .unwrap_or_else(|| root.clone())
+        .display()
+        .to_string()
 }
 
 #[utoipa::path(get, path = "/path", tag = "catalog", params(Location),

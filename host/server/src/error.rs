@@ -76,6 +76,11 @@ impl From<CoreError> for ApiError {
         let message = e.to_string();
         match e {
             CoreError::SessionNotFound(_) => Self::not_found(message),
+            // Outside the server's directory: as if it did not exist, and
+            // without naming where it works.
+            CoreError::NotHere { session, .. } => {
+                Self::not_found(format!("no session {session} in this server's directory"))
+            }
             CoreError::SessionBusy { .. } => Self::new(StatusCode::CONFLICT, "busy", message),
             CoreError::NoModel => Self::bad_request(
                 "no model chosen: name one in the request (\"model\": {\"providerID\", \"modelID\"}), or give the server a default model (its --model option or \"model\" in its config)",

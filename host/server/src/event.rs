@@ -70,8 +70,9 @@ pub async fn events(
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, crate::error::ApiError> {
     let session = q.session.map(SessionId);
     if let Some(id) = &session {
-        // Like every other route: an unknown session is a 404, not a silent stream.
-        state.core.ledger().session(id).await?;
+        // Like every other route: an unknown session (or one outside the
+        // server's directory) is a 404, not a silent stream.
+        state.session(id).await?;
     }
     Ok(stream(state, session, Wrap::Bare, last_event_id(&headers)).await)
 }
@@ -117,8 +118,10 @@ struct Watch {
     filter: Option<SessionId>,
     wrap: Wrap,
     state: AppState,
-    /// Each session's directory, looked up once.
-    dirs: HashMap<SessionId, String>,
+    /// Each session's directory, looked up once; `None` for a session this
+    /// server does not serve (outside its directory), whose events it
+    /// does not pass on.
+    dirs: HashMap<SessionId, Option<String>>,
     /// Messages ready to go before the next bus event.
     queued: std::collections::VecDeque<SseEvent>,
 }
@@ -126,18 +129,30 @@ struct Watch {
 impl Watch {
     async fn directory(&mut self, session: &SessionId) -> Option<String> {
         if let Some(d) = self.dirs.get(session) {
-            return Some(d.clone());
+            return d.clone();
         }
-        let d = self
-            .state
-            .core
-            .ledger()
-            .session(session)
-            .await
-            .ok()?
-            .directory;
-        self.dirs.insert(session.clone(), d.clone());
-        Some(d)
+        let info = self.state.core.ledger().session(session).await.ok()?;
+        self.learn(&info);
+        self.dirs.get(session).cloned().flatten()
+    }
+
+    /// Note a session's directory, and whether this server serves it.
+    fn learn(&mut self, info: &warden_protocol::SessionInfo) {
+        let served = self.state.serves(info).then(|| info.directory.clone());
+        self.dirs.insert(info.id.clone(), served);
+    }
+
+    /// Whether this server serves the session an event is about. A session
+    /// that is gone (deleted) counts as served when it was before.
+    async fn served(&mut self, event: &Event) -> bool {
+        if let Event::SessionCreated { session } | Event::SessionUpdated { session } = event {
+            self.learn(session);
+        }
+        let id = event.session_id();
+        match self.dirs.get(id) {
+            Some(d) => d.is_some(),
+            None => self.directory(id).await.is_some(),
+        }
     }
 
     async fn message(&mut self, envelope: Envelope, session: Option<&SessionId>) -> SseEvent {
@@ -174,7 +189,7 @@ impl Watch {
     /// Queue one event (and the `session.idle` after an idle status).
     async fn queue(&mut self, event: &Event, seq: Option<i64>) {
         let session = event.session_id().clone();
-        if self.filter.as_ref().is_some_and(|s| &session != s) {
+        if self.filter.as_ref().is_some_and(|s| &session != s) || !self.served(event).await {
             return;
         }
         let m = self

@@ -61,10 +61,6 @@ pub struct ServerOptions {
     pub cors: Vec<String>,
     /// The largest request body accepted, in bytes.
     pub body_limit: usize,
-    /// Let HTTP clients choose `scripted:PATH` models (a cassette names a
-    /// file it appends to, so this is for tests and demos, not exposure).
-    /// The server's own default model is always allowed.
-    pub allow_scripted: bool,
 }
 
 impl Default for ServerOptions {
@@ -79,7 +75,6 @@ impl Default for ServerOptions {
             plugins: Vec::new(),
             cors: Vec::new(),
             body_limit: 1 << 20,
-            allow_scripted: false,
         }
     }
 }
@@ -103,6 +98,23 @@ impl std::ops::Deref for AppState {
 }
 
 impl AppState {
+    /// A session this server serves: in the ledger and working inside the
+    /// server's directory (the ledger may hold other hosts' and other
+    /// commands' sessions); otherwise a 404.
+    pub(crate) async fn session(
+        &self,
+        id: &warden_protocol::SessionId,
+    ) -> Result<warden_protocol::SessionInfo, ApiError> {
+        let session = self.core.ledger().session(id).await?;
+        self.core.admits_session(&session)?;
+        Ok(session)
+    }
+
+    /// Whether this server serves `session` (see [`AppState::session`]).
+    pub(crate) fn serves(&self, session: &warden_protocol::SessionInfo) -> bool {
+        self.core.admits_session(session).is_ok()
+    }
+
     fn allows_origin(&self, origin: &str) -> bool {
         self.options
             .cors

@@ -27,7 +27,13 @@ pub async fn pending(
     ApiQuery(q): ApiQuery<PermissionQuery>,
 ) -> Json<Vec<PermissionRequest>> {
     let session = q.session.map(SessionId);
-    Json(state.core.permissions().pending(session.as_ref()))
+    let mut out = Vec::new();
+    for request in state.core.permissions().pending(session.as_ref()) {
+        if state.session(&request.session_id).await.is_ok() {
+            out.push(request);
+        }
+    }
+    Json(out)
 }
 
 /// An answer to a permission ask.
@@ -47,6 +53,15 @@ async fn answer(
     id: &str,
     reply: PermissionReply,
 ) -> Result<Json<bool>, ApiError> {
+    // Only the questions of sessions this server serves are its clients' to answer.
+    let asked = state.core.permissions().pending(None);
+    if let Some(request) = asked.iter().find(|p| p.id == id)
+        && state.session(&request.session_id).await.is_err()
+    {
+        return Err(ApiError::not_found(format!(
+            "no pending permission request {id}"
+        )));
+    }
     state
         .core
         .permissions()

@@ -50,6 +50,7 @@ pub async fn list(
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<Vec<SessionView>>, ApiError> {
     let mut sessions = state.core.ledger().sessions().await?;
+    sessions.retain(|s| state.serves(s));
     sessions.sort_by_key(|s| std::cmp::Reverse(s.time.updated));
     let search = q.search.map(|s| s.to_lowercase());
     let out = sessions
@@ -104,7 +105,8 @@ pub struct CreateSession {
     pub directory: Option<String>,
     #[serde(default)]
     pub title: Option<String>,
-    /// Rules for this session, after the agent's (OpenCode's ruleset).
+    /// Rules for this session (OpenCode's ruleset): deny and ask rules only;
+    /// they tighten the config's, never widen them.
     #[serde(default)]
     pub permission: Vec<Rule>,
     /// The agent the client means to use; checked, and named again in each prompt.
@@ -146,6 +148,10 @@ pub async fn create(
             "warden has no workspaces; leave workspaceID out",
         ));
     }
+    // A client may tighten the operator's rules for its session, never
+    // widen them: deny and ask rules only, and no hook switches.
+    warden_core::permission::policy::check_client_rules(&body.permission)
+        .map_err(ApiError::bad_request)?;
     if let Some(agent) = &body.agent {
         state.core.agents().get(agent)?;
     }
@@ -196,6 +202,9 @@ pub async fn statuses(
 ) -> Result<Json<BTreeMap<String, SessionStatus>>, ApiError> {
     let mut out = BTreeMap::new();
     for s in state.core.ledger().sessions().await? {
+        if !state.serves(&s) {
+            continue;
+        }
         let status = state.core.status(&s.id);
         if status != SessionStatus::Idle {
             out.insert(s.id.0, status);
@@ -210,7 +219,7 @@ pub async fn get(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<SessionView>, ApiError> {
-    let session = state.core.ledger().session(&SessionId(id)).await?;
+    let session = state.session(&SessionId(id)).await?;
     Ok(Json(view(&state, session)))
 }
 
@@ -221,7 +230,9 @@ pub async fn delete(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<bool>, ApiError> {
-    state.core.delete_session(&SessionId(id)).await?;
+    let id = SessionId(id);
+    state.session(&id).await?;
+    state.core.delete_session(&id).await?;
     Ok(Json(true))
 }
 
@@ -242,7 +253,7 @@ pub async fn messages(
     ApiQuery(q): ApiQuery<MessagesQuery>,
 ) -> Result<Json<Vec<MessageWithParts>>, ApiError> {
     let id = SessionId(id);
-    state.core.ledger().session(&id).await?;
+    state.session(&id).await?;
     let mut all = state.core.ledger().messages(&id).await?;
     if let Some(n) = q.limit {
         let skip = all.len().saturating_sub(n);
@@ -281,16 +292,10 @@ pub struct PromptBody {
     pub no_reply: bool,
 }
 
+/// The host's own rule for models (see `warden_core::session::admission`),
+/// so a prompt is judged the same here and on whichever host runs it.
 fn check_model(state: &AppState, model: &ModelRef) -> Result<(), ApiError> {
-    if model.provider == "scripted"
-        && !state.options.allow_scripted
-        && state.default_model().as_ref() != Some(model)
-    {
-        return Err(ApiError::bad_request(
-            "scripted models are off for HTTP clients; start the server with --allow-scripted to use cassettes",
-        ));
-    }
-    Ok(())
+    Ok(state.core.admits_model(model)?)
 }
 
 async fn prompt_input(
@@ -298,7 +303,7 @@ async fn prompt_input(
     id: SessionId,
     body: PromptBody,
 ) -> Result<PromptInput, ApiError> {
-    state.core.ledger().session(&id).await?;
+    state.session(&id).await?;
     let mut texts = Vec::new();
     for (i, p) in body.parts.iter().enumerate() {
         match (p.kind.as_str(), &p.text) {
@@ -404,7 +409,7 @@ pub async fn abort(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<bool>, ApiError> {
     let id = SessionId(id);
-    state.core.ledger().session(&id).await?;
+    state.session(&id).await?;
     Ok(Json(state.core.cancel(&id)))
 }
 
@@ -415,7 +420,7 @@ pub async fn todo(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Vec<Value>>, ApiError> {
-    state.core.ledger().session(&SessionId(id)).await?;
+    state.session(&SessionId(id)).await?;
     Ok(Json(Vec::new()))
 }
 
@@ -426,7 +431,7 @@ pub async fn diff(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Vec<Value>>, ApiError> {
-    state.core.ledger().session(&SessionId(id)).await?;
+    state.session(&SessionId(id)).await?;
     Ok(Json(Vec::new()))
 }
 
@@ -437,6 +442,6 @@ pub async fn children(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Vec<SessionView>>, ApiError> {
-    state.core.ledger().session(&SessionId(id)).await?;
+    state.session(&SessionId(id)).await?;
     Ok(Json(Vec::new()))
 }

@@ -20,7 +20,7 @@ async fn a_remote_mcp_server_is_a_tool_behind_both_wardens_rules() {
 
     let env = Env::new();
     env.config(json!({
-        "mcp": {"peer": {"type": "remote", "url": format!("{base}/warden/mcp"), "headers": {"x-team": "infra"}}},
+        "mcp": {"peer": {"type": "remote", "url": format!("{base}/warden/mcp"), "headers": {"x-team": "infra", "authorization": format!("Bearer {}", crate::server::TEST_TOKEN)}}},
         "permission": {"peer_read": "allow"}
     }));
     env.cassette(json!([

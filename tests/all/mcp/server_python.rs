@@ -28,6 +28,7 @@ async fn the_python_sdk_calls_a_warden_plugin_over_streamable_http() {
         .arg(&python)
         .arg(script)
         .arg(format!("{base}/warden/mcp"))
+        .arg(crate::server::TEST_TOKEN)
         .output()
         .unwrap();
     assert!(

@@ -1,7 +1,8 @@
 //! Writing plugins: `warden plugin new` (a ready project per language and
 //! kind, from templates compiled into the binary) and `warden plugin build`
 //! (the project to a component, installing its pinned toolchain on first
-//! use). `warden plugin add DIR` builds through [`component_of`].
+//! use). `warden plugin add DIR` takes a built project through
+//! [`component_of`], building it only when told to (`--build`).
 //!
 //! A project is a folder with `warden-plugin.json` (`name`, `lang`, `kind`,
 //! and for a tool plugin how the permission rules see each tool); its
@@ -82,6 +83,9 @@ impl Project {
         if let Some(why) = bad_name(&project.name) {
             bail!("{}: {why}", path.display());
         }
+        // The project's author names permissions: one literal name each.
+        warden_core::config::check_tool_settings(&project.tools)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         Ok(project)
     }
 
@@ -235,18 +239,40 @@ pub fn build_dir(dir: &Path, data_dir: &Path) -> Result<PathBuf> {
 /// For `plugin add`: the component of `path`, and the project it was built
 /// from (its name and tool mappings). A project folder is built first; a
 /// file is taken as it is.
-pub fn component_of(path: &Path, data_dir: &Path) -> Result<(PathBuf, Option<Project>)> {
+pub fn component_of(
+    path: &Path,
+    data_dir: &Path,
+    build: bool,
+) -> Result<(PathBuf, Option<Project>)> {
     if !path.is_dir() {
         return Ok((path.to_path_buf(), None));
     }
     let project = Project::load(path)?;
     let out = project.component(path);
-    if up_to_date(path, &out) {
-        eprintln!("warden: {} is up to date", out.display());
+    if build {
+        // Building someone's project is running their code: say so.
+        eprintln!(
+            "warden: building {} ({}): this runs the project's own build steps (build.rs, npm or Python) as you, outside any sandbox",
+            project.name,
+            path.display()
+        );
+        let out = build_dir(path, data_dir)?;
         return Ok((out, Some(project)));
     }
-    eprintln!("warden: building {} ({})", project.name, path.display());
-    let out = build_dir(path, data_dir)?;
+    if !out.exists() {
+        bail!(
+            "{} has no built component ({}); building it runs the project's own code as you, so warden does not do it unasked: pass --build, or run `warden plugin build {}` first",
+            path.display(),
+            out.display(),
+            path.display()
+        );
+    }
+    if !up_to_date(path, &out) {
+        bail!(
+            "{} is older than the project's sources; pass --build to build it again (this runs the project's own build steps as you), or add the component file itself",
+            out.display()
+        );
+    }
     Ok((out, Some(project)))
 }
 

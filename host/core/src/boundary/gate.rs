@@ -11,42 +11,48 @@ use warden_protocol::{
 
 use super::audit::{Decision, Outcome, Row, Stage, Trail};
 use crate::ledger::Ledger;
-use crate::permission::{self, Evaluation, Permissions, Refusal};
+use std::sync::Arc;
+
+use crate::permission::{Evaluation, Permissions, Policy, Refusal};
 use crate::tool::CallContext;
 
-/// The rules a call is decided by: the agent's, fixed for the call, then
-/// the session's, read again at every decision, so an `always` answered
-/// earlier in the same step applies to the next question at once.
+/// The rules a call is decided by: the agent's policy, fixed for the
+/// call, and the session's rules, read again at every decision, so an
+/// `always` answered earlier in the same step applies to the next question
+/// at once.
 #[derive(Debug, Clone)]
 pub struct Rules {
-    agent: Vec<Rule>,
+    policy: Arc<Policy>,
     session: SessionId,
 }
 
 impl Rules {
-    pub fn new(agent: Vec<Rule>, session: SessionId) -> Rules {
-        Rules { agent, session }
+    pub fn new(policy: Arc<Policy>, session: SessionId) -> Rules {
+        Rules { policy, session }
     }
 
-    /// The agent's rules followed by the session's as they are now (the
-    /// last match wins).
-    pub async fn current(&self, ledger: &Ledger) -> Result<Vec<Rule>, String> {
-        let session = ledger
+    /// The agent's policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The session's own rules as they are now.
+    pub async fn session(&self, ledger: &Ledger) -> Result<Arc<[Rule]>, String> {
+        ledger
             .session_rules(&self.session)
             .await
-            .map_err(|e| e.to_string())?;
-        Ok([self.agent.as_slice(), &session].concat())
+            .map_err(|e| e.to_string())
     }
 
-    /// [`permission::evaluate_all`] over [`Rules::current`].
+    /// [`Policy::evaluate_all`] with the session's rules as they are now.
     pub async fn evaluate(
         &self,
         ledger: &Ledger,
         permission: &str,
         patterns: &[String],
     ) -> Result<Evaluation, String> {
-        let rules = self.current(ledger).await?;
-        Ok(permission::evaluate_all(permission, patterns, &[&rules]))
+        let session = self.session(ledger).await?;
+        Ok(self.policy.evaluate_all(permission, patterns, &session))
     }
 }
 
@@ -175,17 +181,8 @@ fn literal(patterns: &[String]) -> Vec<String> {
 }
 
 /// Permissions a guest may not ask for itself: globs, hook switches and the
-/// doom-loop guard are the operator's.
+/// doom-loop guard are the operator's (see [`crate::permission::policy::check_name`]).
 pub fn guest_may_ask(permission: &str) -> Result<(), String> {
-    if permission.is_empty()
-        || permission.contains(['*', '?'])
-        || permission.starts_with("hook")
-        || permission == "doom_loop"
-        || permission.chars().any(char::is_control)
-    {
-        return Err(format!(
-            "a plugin may not ask for the permission {permission:?}"
-        ));
-    }
-    Ok(())
+    crate::permission::policy::check_name(permission)
+        .map_err(|why| format!("a plugin may not ask for that permission: {why}"))
 }

@@ -190,7 +190,7 @@ pub(crate) async fn run_stage(
 async fn may_run(call: &Call<'_>, hook: &HookDef, stage: HookStage) -> Verdict {
     let (env, req) = (call.env, call.req);
     let permission = format!("hook.{}", stage.name());
-    let rules = match req.rules.current(&env.ledger).await {
+    let session = match req.rules.session(&env.ledger).await {
         Ok(rules) => rules,
         Err(e) => {
             tracing::warn!("the session's rules could not be read for a hook: {e}");
@@ -199,10 +199,7 @@ async fn may_run(call: &Call<'_>, hook: &HookDef, stage: HookStage) -> Verdict {
             };
         }
     };
-    let hook_rules: Vec<_> = rules
-        .into_iter()
-        .filter(|r| r.permission.starts_with("hook"))
-        .collect();
+    let hook_rules = req.rules.policy().hook_rules(&session);
     if hook_rules.is_empty() {
         return Verdict::Allowed;
     }

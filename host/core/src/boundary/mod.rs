@@ -230,14 +230,14 @@ async fn check_call(call: &Call<'_>, input: &Value) -> Result<(), CallFailure> {
         .await
         .map_err(CallFailure::Rules)?;
     // A tool the operator never mapped to a permission and an argument is
-    // invisible to path and URL rules, so a blanket `*` allow must not run
-    // it unseen: only a rule naming its permission allows it.
-    if !tool.mapped
-        && eval.action == Action::Allow
-        && eval
+    // invisible to path and URL rules, and an MCP server's runs outside the
+    // sandbox, so a blanket `*` allow must not run either unseen: only a
+    // rule naming it allows it ([`ToolDef::allowed_by`]).
+    if eval.action == Action::Allow
+        && !eval
             .rule
             .as_ref()
-            .is_none_or(|r| r.permission != tool.permission)
+            .is_some_and(|r| tool.allowed_by(&r.permission))
     {
         eval.action = Action::Ask;
     }

@@ -8,7 +8,6 @@ use super::audit::{Decision, Outcome, Row, Stage, Trail};
 use super::failure::CallFailure;
 use super::gate::{self, Gate, Question, Rules, Verdict};
 use super::{CallEnv, ProgressFn};
-use crate::permission;
 use crate::tool::{CallContext, CallObserver, url};
 
 pub(super) struct Observer {
@@ -34,8 +33,10 @@ impl CallObserver for Observer {
             return Ok(());
         };
         let host = url.host.to_string();
-        let rules = self.rules.current(&self.env.ledger).await?;
-        let eval = permission::evaluate(permission, &host, &[&rules]);
+        let eval = self
+            .rules
+            .evaluate(&self.env.ledger, permission, std::slice::from_ref(&host))
+            .await?;
         let rule = eval.describe();
         let refused = eval.action == warden_protocol::Action::Deny;
         self.trail.push(

@@ -416,13 +416,14 @@ impl Permissions {
         }
         // The rules an `always` adds exist before the asker goes on.
         if reply == PermissionReply::Always {
-            // Only literal patterns become rules; a glob here would allow more
-            // than the question was about.
+            // Only a literal permission and literal patterns become rules; a
+            // glob here would allow more than the question was about.
+            let literal = super::policy::is_literal(&p.request.permission);
             let added: Vec<Rule> = p
                 .request
                 .always
                 .iter()
-                .filter(|pattern| !pattern.contains(['*', '?']))
+                .filter(|pattern| literal && super::policy::is_literal(pattern))
                 .map(|pattern| Rule {
                     permission: p.request.permission.clone(),
                     pattern: pattern.clone(),

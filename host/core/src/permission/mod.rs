@@ -2,17 +2,21 @@
 //! says `ask`.
 //!
 //! A rule is `(permission, pattern) → allow | ask | deny`, both sides glob
-//! patterns ([`wildcard`]). The rules that apply to a call are the agent's
-//! (global config rules, then the agent's own) followed by the session's;
-//! among those that match, the **last** one wins. No match means `ask`.
+//! patterns ([`wildcard`]). Among the operator's rules (global config
+//! rules, then the agent's own) that match, the **last** one wins; no match
+//! means `ask`. The session's rules and any restrictions can only tighten
+//! that verdict, or answer an `ask` for a literal permission and pattern
+//! ([`policy`]).
 //!
 //! The host checks permission before every guest call ([`crate::boundary`]);
 //! this module only decides.
 
 pub mod ask;
+pub mod policy;
 pub mod wildcard;
 
 pub use ask::{Answer, AttachGuard, Permissions, Refusal};
+pub use policy::Policy;
 
 use serde_json::Value;
 use warden_protocol::{Action, Rule};

@@ -209,6 +209,18 @@ impl Actor {
         mut replies: Replies,
         queued: &mut VecDeque<Op>,
     ) -> (Result<MessageWithParts>, Replies) {
+        // This host's own policy first: a session outside its root is not
+        // its to run (another host's may be), so no lease is taken.
+        let admitted = match self.core.admission().root {
+            None => Ok(()),
+            Some(_) => match self.core.inner.ledger.session(&self.session).await {
+                Ok(info) => self.core.admits_session(&info),
+                Err(e) => Err(e),
+            },
+        };
+        if let Err(e) = admitted {
+            return (Err(e), replies);
+        }
         if let Err(e) = self.hold().await {
             return (Err(e), replies);
         }

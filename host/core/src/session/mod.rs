@@ -4,6 +4,7 @@
 //! parts, its tool calls go through the boundary.
 
 mod actor;
+pub mod admission;
 pub mod compaction;
 pub mod history;
 pub mod lease;
@@ -60,6 +61,8 @@ pub struct CoreOptions {
     /// (`lease::holder_id`). Several cores in one process that should act
     /// as separate hosts (tests, the bench) each name their own.
     pub holder: Option<String>,
+    /// What this host agrees to run, whichever host accepted the prompt.
+    pub admission: admission::Admission,
 }
 
 impl Default for CoreOptions {
@@ -68,6 +71,7 @@ impl Default for CoreOptions {
             lease_ttl: Duration::from_secs(30),
             protected: Vec::new(),
             holder: None,
+            admission: admission::Admission::default(),
         }
     }
 }
@@ -292,6 +296,19 @@ impl Core {
             if !held && !self.inner.actors.is_running(&s) && !out.contains(&s) {
                 out.push(s);
             }
+        }
+        // Only sessions this host works in: the others are for hosts whose
+        // directory holds them.
+        if self.admission().root.is_some() {
+            let mut mine = Vec::with_capacity(out.len());
+            for s in out {
+                if let Ok(info) = self.inner.ledger.session(&s).await
+                    && self.admits_session(&info).is_ok()
+                {
+                    mine.push(s);
+                }
+            }
+            out = mine;
         }
         Ok(out)
     }

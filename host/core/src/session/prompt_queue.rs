@@ -81,9 +81,11 @@ impl Core {
                 .as_deref()
                 .unwrap_or(self.inner.agents.default_name()),
         )?;
+        self.admits_session(&session)?;
         let model = self
             .choose_model(input.model.as_ref(), Some(&agent.name), Some(&session.id))
             .await?;
+        self.admits_model(&model)?;
         if input.text.trim().is_empty() {
             return Err(CoreError::Config("the prompt is empty".into()));
         }
@@ -305,6 +307,10 @@ async fn answer_one(
             entry.number
         ))
     })?;
+    // Judged by this host's policy, whichever host accepted it: an agent it
+    // has, a model it runs (a prompt it would refuse from its own client).
+    core.inner.agents.get(&queued.agent)?;
+    core.admits_model(&queued.model)?;
     let message = match &entry.state {
         PromptState::Taken { message } => message.clone(),
         _ => {

@@ -25,7 +25,6 @@ use crate::agent::Agent;
 use crate::clock::now_ms;
 use crate::error::{CoreError, Result};
 use crate::ledger::id;
-use crate::permission;
 use crate::tool::ToolDef;
 
 /// Said of tool calls found open when a run starts: their process died.
@@ -208,7 +207,7 @@ fn resolve_tools(core: &CoreInner, agent: &Agent, session: &SessionInfo) -> Vec<
     core.tools
         .tools()
         .into_iter()
-        .filter(|t| !permission::disabled(&t.permission, &[&agent.rules, &session.permission]))
+        .filter(|t| !agent.policy.disabled(&t.permission, &session.permission))
         .collect()
 }
 

@@ -44,6 +44,7 @@ impl ToolHost for RustTools {
                     hash: "0".repeat(64),
                 },
                 mapped: true,
+                server: None,
             })
             .collect()
     }

@@ -68,6 +68,27 @@ pub struct ToolDef {
     /// it, otherwise it is asked about.
     #[serde(default)]
     pub mapped: bool,
+    /// The MCP server this tool is from, when it is one's: a native process
+    /// or remote service outside warden's sandbox. Such a tool is allowed
+    /// only by a rule naming it or its server (`SERVER_*`), never by `*`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+}
+
+impl ToolDef {
+    /// Whether an `allow` by a rule for `permission` may let this tool run
+    /// unasked: any rule may for a mapped, sandboxed tool; for an unmapped
+    /// one only a rule naming its permission; for an MCP server's only a
+    /// rule naming the tool or its server.
+    pub fn allowed_by(&self, permission: &str) -> bool {
+        if let Some(server) = &self.server {
+            return permission == self.permission
+                || permission
+                    .strip_prefix(server.as_str())
+                    .is_some_and(|rest| rest.starts_with('_'));
+        }
+        self.mapped || permission == self.permission
+    }
 }
 
 /// A tool.execute.before / after hook.

@@ -30,10 +30,20 @@ pub fn guest_name(server: &str) -> String {
     format!("mcp:{server}")
 }
 
+/// The most tools one server may offer (as for a plugin, bounded so a
+/// server cannot flood every request to the model).
+pub const MAX_TOOLS: usize = 256;
+/// The largest parameter schema of one tool, as JSON text.
+pub const MAX_SCHEMA: usize = 32 * 1024;
+/// The longest description of one tool.
+pub const MAX_DESCRIPTION: usize = 8 * 1024;
+
 struct Server {
     name: String,
     connection: connect::Connection,
     timeout: Duration,
+    /// The largest result of one call accepted, in bytes.
+    max_output: usize,
     /// The server's tools as warden offers them, with the server's own names.
     tools: Vec<(ToolDef, String)>,
 }
@@ -45,33 +55,79 @@ pub struct McpTools {
 }
 
 impl McpTools {
-    /// Connect to every enabled server in the config and list its tools.
-    /// A server that cannot be reached is an error naming it: a session
-    /// must not quietly run without tools its operator configured.
+    /// Connect to every enabled server in the config and list its tools,
+    /// each within its `startup_timeout_ms`. A server that cannot be
+    /// reached in time, offers more than warden takes, or offers a tool
+    /// whose id would collide with another's is an error naming it: a
+    /// session must not quietly run without tools its operator configured,
+    /// nor with a rule written for one tool applying to another.
     pub async fn connect(inner: Arc<dyn ToolHost>, config: &Config) -> Result<McpTools, McpError> {
+        // Every id already offered, and whose it is.
+        let mut taken: BTreeMap<String, String> = inner
+            .tools()
+            .into_iter()
+            .map(|t| (t.id, format!("plugin {}", t.guest.plugin)))
+            .collect();
         let mut servers = Vec::new();
         for (name, server) in config.mcp.iter().filter(|(_, s)| s.enabled()) {
-            let connection = connect::connect(name, server).await?;
-            let listed = connection
-                .list_all_tools()
-                .await
-                .map_err(|e| McpError::Connect {
-                    server: name.clone(),
-                    message: format!("cannot list its tools: {e}"),
-                })?;
-            let hash = server_identity(&connection);
-            let tools = listed
-                .into_iter()
-                .map(|t| {
-                    let remote = t.name.to_string();
-                    let def = tool_def(name, server, &hash, &t);
-                    (def, remote)
+            let failed = |message: String| McpError::Connect {
+                server: name.clone(),
+                message,
+            };
+            let startup = server.startup_timeout_ms();
+            let (connection, listed) =
+                tokio::time::timeout(Duration::from_millis(startup), async {
+                    let connection = connect::connect(name, server).await?;
+                    let listed = connection
+                        .list_all_tools()
+                        .await
+                        .map_err(|e| failed(format!("cannot list its tools: {e}")))?;
+                    Ok::<_, McpError>((connection, listed))
                 })
-                .collect();
+                .await
+                .map_err(|_| {
+                    failed(format!(
+                        "it did not start and list its tools within {startup} ms (startup_timeout_ms)"
+                    ))
+                })??;
+            if listed.len() > MAX_TOOLS {
+                return Err(failed(format!(
+                    "it offers {} tools; warden takes at most {MAX_TOOLS} from one server",
+                    listed.len()
+                )));
+            }
+            let hash = server_identity(&connection);
+            let mut tools = Vec::new();
+            for t in listed {
+                let remote = t.name.to_string();
+                let shown = warden_protocol::text::shown(&remote);
+                let schema = serde_json::to_string(&*t.input_schema).map_or(usize::MAX, |s| s.len());
+                if schema > MAX_SCHEMA {
+                    return Err(failed(format!(
+                        "its tool {shown:?} has a parameter schema of {schema} bytes; at most {} KiB",
+                        MAX_SCHEMA / 1024
+                    )));
+                }
+                if t.description.as_deref().map_or(0, str::len) > MAX_DESCRIPTION {
+                    return Err(failed(format!(
+                        "its tool {shown:?} has a description over {} KiB",
+                        MAX_DESCRIPTION / 1024
+                    )));
+                }
+                let def = tool_def(name, server, &hash, &t);
+                if let Some(other) = taken.insert(def.id.clone(), format!("tool {shown:?} of MCP server {name}")) {
+                    return Err(failed(format!(
+                        "its tool {shown:?} would be offered as {}, which is already {other}'s; a rule written for one would apply to the other. Rename one, or disable this server",
+                        def.id
+                    )));
+                }
+                tools.push((def, remote));
+            }
             servers.push(Server {
                 name: name.clone(),
                 connection,
                 timeout: Duration::from_millis(server.timeout_ms()),
+                max_output: server.max_output_bytes(),
                 tools,
             });
         }
@@ -146,9 +202,10 @@ fn tool_def(
             plugin: guest_name(server),
             hash: hash.to_string(),
         },
-        // Its permission is its own id; the `SERVER_*: ask` rule placed after
-        // the defaults is what keeps a `*` allow from letting it through.
+        // Outside the sandbox: only a rule naming it or its server allows
+        // it (`ToolDef::allowed_by`), and `SERVER_*` is asked by default.
         mapped: true,
+        server: Some(server.to_string()),
     }
 }
 
@@ -225,7 +282,18 @@ impl ToolHost for McpTools {
                 guest,
                 message: e.to_string(),
             }),
-            Ok(Ok(result)) => to_output(&tool.id, result),
+            Ok(Ok(result)) => {
+                let output = to_output(&tool.id, result)?;
+                let size = output.output.len() + output.metadata.to_string().len();
+                if size > server.max_output {
+                    return Err(GuestError::OutputTooLarge {
+                        guest,
+                        size,
+                        limit: server.max_output,
+                    });
+                }
+                Ok(output)
+            }
         }
     }
 

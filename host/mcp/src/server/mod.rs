@@ -162,7 +162,7 @@ impl WardenMcp {
             },
             tool: def,
             input,
-            rules: Rules::new(agent.rules.clone(), session_id.clone()),
+            rules: Rules::new(agent.policy.clone(), session_id.clone()),
             cancel: CancellationToken::new(),
             progress: Arc::new(|_, _| {}),
         };

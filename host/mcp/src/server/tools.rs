@@ -88,6 +88,7 @@ mod tests {
                 hash: "abc".into(),
             },
             mapped: true,
+            server: None,
         }
     }
 

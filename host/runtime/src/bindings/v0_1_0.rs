@@ -4,11 +4,12 @@
 use std::collections::BTreeSet;
 
 use warden_core::tool::CallContext;
-use wasmtime::Store;
-use wasmtime::component::{HasSelf, InstancePre, Linker};
+use wasmtime::component::{InstancePre, Linker, WasmList, WasmStr};
+use wasmtime::{Store, StoreContextMut};
 
 use super::{After, Before, HookSpec, Instance, LogLevel, RawOutput, ToolFailure, ToolSpec, World};
 use crate::sandbox::GuestState;
+use crate::{budget, host_calls};
 
 mod tool {
     wasmtime::component::bindgen!({
@@ -54,15 +55,56 @@ impl super::Contract for V0_1_0 {
         }
     }
 
-    fn add_to_linker(&self, l: &mut Linker<GuestState>, world: World) -> wasmtime::Result<()> {
-        match world {
-            World::Tool => {
-                tool::ToolPlugin::add_to_linker::<GuestState, HasSelf<GuestState>>(l, |s| s)
-            }
-            World::Hook => {
-                hook::HookPlugin::add_to_linker::<GuestState, HasSelf<GuestState>>(l, |s| s)
-            }
-        }
+    fn add_to_linker(&self, l: &mut Linker<GuestState>, _world: World) -> wasmtime::Result<()> {
+        // Both worlds import the same two interfaces. `types` holds only
+        // types; `host` is linked by hand rather than through the generated
+        // `add_to_linker`, whose signatures copy every string (and every
+        // string of a list) before the host sees its size: here each is
+        // read within its bound (crate::host_calls).
+        l.instance("warden:plugin/types@0.1.0")?;
+        let mut i = l.instance("warden:plugin/host@0.1.0")?;
+        i.func_wrap(
+            "log",
+            |store: StoreContextMut<'_, GuestState>, (level, message): (host::LogLevel, WasmStr)| {
+                let level = match level {
+                    host::LogLevel::Debug => LogLevel::Debug,
+                    host::LogLevel::Info => LogLevel::Info,
+                    host::LogLevel::Warn => LogLevel::Warn,
+                    host::LogLevel::Error => LogLevel::Error,
+                };
+                let mut store = store;
+                let (line, len) = host_calls::prefix(&store, &message, budget::LOG_LINE)?;
+                store.data_mut().guest_log(level, &line, len);
+                Ok(())
+            },
+        )?;
+        i.func_wrap(
+            "progress",
+            |store: StoreContextMut<'_, GuestState>,
+             (title, metadata): (Option<WasmStr>, WasmStr)| {
+                let mut store = store;
+                let title = match &title {
+                    Some(t) => Some(host_calls::prefix(&store, t, 4 * budget::TITLE_CHARS)?.0),
+                    None => None,
+                };
+                let metadata = host_calls::bounded(&store, &metadata, budget::PROGRESS_UPDATE)?;
+                store.data_mut().guest_progress(title, metadata);
+                Ok(())
+            },
+        )?;
+        i.func_wrap_async(
+            "ask",
+            |store: StoreContextMut<'_, GuestState>,
+             (permission, patterns, metadata): (WasmStr, WasmList<WasmStr>, WasmStr)| {
+                Box::new(async move {
+                    let mut store = store;
+                    let question =
+                        host_calls::Question::read(&mut store, &permission, &patterns, &metadata)?;
+                    Ok((store.data_mut().guest_ask(question).await,))
+                })
+            },
+        )?;
+        Ok(())
     }
 
     fn tool_guest(
@@ -217,34 +259,5 @@ impl super::HookInstance for HookInstance {
     }
 }
 
-// The host interface this version imports, served by the runtime's own
-// implementation (crate::host_calls).
-
-impl types::Host for GuestState {}
-
-impl host::Host for GuestState {
-    fn log(&mut self, level: host::LogLevel, message: String) -> wasmtime::Result<()> {
-        let level = match level {
-            host::LogLevel::Debug => LogLevel::Debug,
-            host::LogLevel::Info => LogLevel::Info,
-            host::LogLevel::Warn => LogLevel::Warn,
-            host::LogLevel::Error => LogLevel::Error,
-        };
-        self.guest_log(level, message);
-        Ok(())
-    }
-
-    fn progress(&mut self, title: Option<String>, metadata: String) -> wasmtime::Result<()> {
-        self.guest_progress(title, metadata);
-        Ok(())
-    }
-
-    async fn ask(
-        &mut self,
-        permission: String,
-        patterns: Vec<String>,
-        metadata: String,
-    ) -> Result<(), String> {
-        self.guest_ask(permission, patterns, metadata).await
-    }
-}
+// The host interface this version imports is linked in `add_to_linker`
+// above, served by the runtime's own implementation (crate::host_calls).

@@ -12,7 +12,7 @@ use super::super::history::assistant;
 use crate::boundary::gate::{self, Gate, Question, Rules, Verdict};
 use crate::boundary::{Outcome, Stage, Trail};
 use crate::ledger::{AuditEntry, Ledger};
-use crate::permission::{self, Permissions};
+use crate::permission::Permissions;
 use crate::tool::CallContext;
 
 /// The last this many tool calls identical → ask `doom_loop`.
@@ -62,14 +62,16 @@ pub(super) async fn allowed(
     input: &Value,
 ) -> (bool, Vec<AuditEntry>) {
     let trail = Trail::new(ctx);
-    let rules = match rules.current(ledger).await {
-        Ok(rules) => rules,
+    let eval = match rules
+        .evaluate(ledger, "doom_loop", &[name.to_string()])
+        .await
+    {
+        Ok(eval) => eval,
         Err(e) => {
             tracing::warn!("the session's rules could not be read for the doom-loop guard: {e}");
             return (false, Vec::new());
         }
     };
-    let eval = permission::evaluate("doom_loop", name, &[&rules]);
     let question = Question {
         permission: "doom_loop".into(),
         patterns: vec![name.to_string()],

@@ -518,7 +518,7 @@ impl<'a> Turn<'a> {
             agent: self.step.agent.name.clone(),
             directory: self.step.session.directory.clone(),
         };
-        let rules = Rules::new(self.step.agent.rules.clone(), self.step.session.id.clone());
+        let rules = Rules::new(self.step.agent.policy.clone(), self.step.session.id.clone());
         let history = self.step.history;
         let parent = &self.step.info.parent_id;
         if doom::is_doom_loop(history, parent, self.calls.parts(), &name, &input) {

@@ -20,6 +20,12 @@ use serde_json::Value;
 
 use warden_llm::providers::ProviderConfig;
 use warden_llm::retry::RetryPolicy;
+use warden_protocol::Rule;
+
+pub mod layers;
+pub mod trust;
+
+pub use layers::{Loaded, Source, Sources, load_layers};
 
 /// The whole config file.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -76,6 +82,20 @@ pub struct Config {
     /// has run in; see the runtime's `prepared` module.
     #[serde(default)]
     pub prepare_instances: PrepareInstances,
+    /// Rules that may only tighten (from a project config the operator has
+    /// not trusted); never read from a file as such.
+    #[serde(skip)]
+    pub restrictions: Restrictions,
+}
+
+/// Deny and ask rules from a source that may only tighten the operator's
+/// policy (see [`crate::permission::policy`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Restrictions {
+    /// For every agent.
+    pub rules: Vec<Rule>,
+    /// For one agent, by name.
+    pub agents: BTreeMap<String, Vec<Rule>>,
 }
 
 /// When the runtime makes a plugin's next instance before its call.
@@ -108,6 +128,12 @@ pub enum McpServerConfig {
         /// How long one call may take, in ms (default 60000).
         #[serde(default)]
         timeout_ms: Option<u64>,
+        /// How long starting it and listing its tools may take, in ms (default 30000).
+        #[serde(default)]
+        startup_timeout_ms: Option<u64>,
+        /// The largest result of one call accepted, in KiB (default 256).
+        #[serde(default)]
+        max_output_kb: Option<u64>,
         /// Per-tool settings by the server's tool name: the permission name and where its pattern comes from.
         #[serde(default)]
         tools: BTreeMap<String, ToolSettings>,
@@ -122,6 +148,10 @@ pub enum McpServerConfig {
         enabled: bool,
         #[serde(default)]
         timeout_ms: Option<u64>,
+        #[serde(default)]
+        startup_timeout_ms: Option<u64>,
+        #[serde(default)]
+        max_output_kb: Option<u64>,
         #[serde(default)]
         tools: BTreeMap<String, ToolSettings>,
     },
@@ -155,6 +185,27 @@ impl McpServerConfig {
         }
     }
 
+    /// How long starting it and listing its tools may take.
+    pub fn startup_timeout_ms(&self) -> u64 {
+        match self {
+            McpServerConfig::Local {
+                startup_timeout_ms, ..
+            }
+            | McpServerConfig::Remote {
+                startup_timeout_ms, ..
+            } => startup_timeout_ms.unwrap_or(30_000),
+        }
+    }
+
+    /// The largest result of one call accepted, in bytes.
+    pub fn max_output_bytes(&self) -> usize {
+        let kb = match self {
+            McpServerConfig::Local { max_output_kb, .. }
+            | McpServerConfig::Remote { max_output_kb, .. } => max_output_kb.unwrap_or(256),
+        };
+        (kb as usize).saturating_mul(1024)
+    }
+
     fn check(&self) -> Result<(), String> {
         match self {
             McpServerConfig::Local { command, .. }
@@ -171,6 +222,13 @@ impl McpServerConfig {
                 "timeout_ms is {}; give 1 to 3600000 (an hour)",
                 self.timeout_ms()
             )),
+            _ if !(1..=600_000).contains(&self.startup_timeout_ms()) => Err(format!(
+                "startup_timeout_ms is {}; give 1 to 600000 (ten minutes)",
+                self.startup_timeout_ms()
+            )),
+            _ if !(1..=1_048_576 * 1024).contains(&self.max_output_bytes()) => Err(
+                "max_output_kb must be 1 to 1048576 (1 GiB)".to_string(),
+            ),
             _ => Ok(()),
         }
     }
@@ -336,23 +394,10 @@ impl Grants {
 impl Config {
     /// Read a config file. Relative plugin paths are made relative to it.
     pub fn load(path: &Path) -> Result<Config, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let mut config = Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        for p in &mut config.plugins {
-            if p.path.is_relative() {
-                p.path = base.join(&p.path);
-            }
-        }
-        for server in config.mcp.values_mut() {
-            if let McpServerConfig::Local { cwd: Some(cwd), .. } = server
-                && cwd.is_relative()
-            {
-                *cwd = base.join(&*cwd);
-            }
-        }
-        Ok(config)
+        let bytes =
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let value = layers::value_of(&bytes, path)?;
+        Self::parse(&value.to_string()).map_err(|e| format!("{}: {e}", path.display()))
     }
 
     /// Parse config text.
@@ -398,6 +443,7 @@ impl Config {
             p.grants
                 .check()
                 .map_err(|e| format!("plugins.{}.grants: {e}", p.name))?;
+            check_tool_settings(&p.tools).map_err(|e| format!("plugins.{}.{e}", p.name))?;
         }
         for (name, server) in &config.mcp {
             // The name prefixes its tools (`NAME_TOOL`) and rules are written against it.
@@ -407,6 +453,7 @@ impl Config {
                 ));
             }
             server.check().map_err(|e| format!("mcp.{name}: {e}"))?;
+            check_tool_settings(server.tools()).map_err(|e| format!("mcp.{name}.{e}"))?;
         }
         for (name, g) in &config.builtin_grants {
             if !BUILTINS.contains(&name.as_str()) {
@@ -420,6 +467,18 @@ impl Config {
         }
         Ok(config)
     }
+}
+
+/// Every tool's permission name is one literal, unreserved name
+/// ([`crate::permission::policy::check_name`]).
+pub fn check_tool_settings(tools: &BTreeMap<String, ToolSettings>) -> Result<(), String> {
+    for (tool, settings) in tools {
+        if let Some(p) = &settings.permission {
+            crate::permission::policy::check_name(p)
+                .map_err(|e| format!("tools.{tool}.permission: {e}"))?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
