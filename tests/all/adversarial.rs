@@ -447,6 +447,7 @@ fn no_grant_reaches_wardens_own_files() {
         json!({"plugins": [adversary(json!({"dirs": [{"path": ".", "mode": "rw"}]}))],
                       "permission": {"open": "allow", "list_dir": "allow"}}),
     );
+    env.trust_in(&data);
     env.cassette(json!([
         {"tool_calls": [
             {"id": "ledger", "name": "open", "arguments": {"path": ".warden/ledger.db"}},

@@ -96,9 +96,17 @@ impl Env {
         let file = self.project().join("warden.json");
         let text = config.to_string();
         std::fs::write(&file, &text).unwrap();
-        warden_core::config::trust::TrustStore::open(&self.data())
+        self.trust_in(&self.data());
+    }
+
+    /// Trust the project's warden.json as it is now in the trust list of
+    /// the data dir `data` (for a test that runs warden on another one).
+    pub fn trust_in(&self, data: &Path) {
+        let file = std::fs::canonicalize(self.project().join("warden.json")).unwrap();
+        let text = std::fs::read(&file).unwrap();
+        warden_core::config::trust::TrustStore::open(data)
             .unwrap()
-            .trust(&std::fs::canonicalize(&file).unwrap(), text.as_bytes())
+            .trust(&file, &text)
             .unwrap();
     }
 

@@ -268,7 +268,9 @@ fn the_sdk_creates_prompts_streams_answers_an_ask_and_aborts() {
 async fn doc_is_valid_openapi_3_1() {
     let env = Env::new();
     let server = Server::launch(&env, &[], &[]);
-    let doc = reqwest::get(server.url("/doc"))
+    let doc = crate::server::client()
+        .get(server.url("/doc"))
+        .send()
         .await
         .unwrap()
         .text()

@@ -86,7 +86,13 @@ fn own_tests_pass(project: &Path, lang: &str) {
 
 /// `plugin add PROJECT GRANTS…` from the session's folder.
 fn add(env: &Env, project: &Path, grants: &[&str]) {
-    let mut args = vec!["plugin", "add", project.to_str().unwrap(), "--replace", "--yes"];
+    let mut args = vec![
+        "plugin",
+        "add",
+        project.to_str().unwrap(),
+        "--replace",
+        "--yes",
+    ];
     args.extend_from_slice(grants);
     author(env, &env.project(), &args);
 }

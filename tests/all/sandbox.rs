@@ -612,6 +612,7 @@ fn tools_cannot_change_wardens_config_or_touch_its_data() {
     let before = std::fs::read_to_string(&config).unwrap();
     // The data dir inside the project, where a careless setup might put it.
     let data = env.project().join(".warden");
+    env.trust_in(&data);
     let cassette = env.cassette(json!([
         {"tool_calls": [
             {"id": "write", "name": "write", "arguments": {"filePath": "warden.json", "content": "{\"permission\": \"allow\"}"}},

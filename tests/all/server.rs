@@ -744,7 +744,8 @@ async fn a_token_guards_every_request_and_is_required_off_loopback() {
     );
 
     let s = Server::start(&env, &["--token", "s3cret"], &[]);
-    let c = client();
+    // A client that sends no credentials of its own.
+    let c = reqwest::Client::new();
     let (status, body) = send(&c, "GET", &s.url("/session"), None).await;
     assert_eq!(
         (status, body["error"]["code"].clone()),

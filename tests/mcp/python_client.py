@@ -8,14 +8,17 @@ import asyncio
 import json
 import sys
 
-import httpx
+import httpx2  # mcp 2.x's HTTP client
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
 
 async def main(url: str, token: str) -> None:
-    auth = httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
-    async with streamable_http_client(url, http_client=auth) as streams:
+    auth = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=httpx2.Timeout(30, read=300),
+    )
+    async with auth, streamable_http_client(url, http_client=auth) as streams:
         read, write = streams[0], streams[1]
         async with ClientSession(
             read,

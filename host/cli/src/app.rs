@@ -81,7 +81,11 @@ pub async fn ledger(common: &Common) -> Result<Ledger> {
     let data_dir = data_dir(common)?;
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
     let loaded = config(common, &cwd)?;
-    open_ledger(&ledger_location(common, &loaded.config, &data_dir), &data_dir).await
+    open_ledger(
+        &ledger_location(common, &loaded.config, &data_dir),
+        &data_dir,
+    )
+    .await
 }
 
 /// Open the ledger at `location`. The data dir is created (or tightened to
@@ -111,7 +115,12 @@ pub struct App {
 
 /// Load the plugins and build the core.
 pub async fn build(common: &Common, dir: &Path) -> Result<App> {
-    build_with(common, dir, warden_core::session::admission::Admission::default()).await
+    build_with(
+        common,
+        dir,
+        warden_core::session::admission::Admission::default(),
+    )
+    .await
 }
 
 /// The same, for a host with a policy of its own for what it runs (`serve`).
@@ -148,7 +157,10 @@ pub async fn build_with(
     // the data dir, are ordinary working directories.)
     // Every config file read, the project's included: a tool that rewrote
     // one could grant itself more at the next start.
-    for path in config_files.iter().filter_map(|p| std::fs::canonicalize(p).ok()) {
+    for path in config_files
+        .iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+    {
         options.protected.push(Protected {
             path,
             writes_only: true,

@@ -234,7 +234,9 @@ fn consent_lines(p: &LoadedPlugin) -> Vec<String> {
         None => {
             for t in p.tools() {
                 let seen_as = match &t.pattern {
-                    warden_core::tool::PatternSource::Path(a) => format!(" on its path argument {a}"),
+                    warden_core::tool::PatternSource::Path(a) => {
+                        format!(" on its path argument {a}")
+                    }
                     warden_core::tool::PatternSource::Url(a) => format!(" on its URL argument {a}"),
                     _ => String::new(),
                 };
@@ -242,7 +244,11 @@ fn consent_lines(p: &LoadedPlugin) -> Vec<String> {
                     "tool {}: permission {}{seen_as}{}",
                     t.id,
                     t.permission,
-                    if t.mapped { "" } else { " (unmapped: always asked about)" }
+                    if t.mapped {
+                        ""
+                    } else {
+                        " (unmapped: always asked about)"
+                    }
                 ));
             }
         }
@@ -254,14 +260,24 @@ fn consent_lines(p: &LoadedPlugin) -> Vec<String> {
         .iter()
         .zip(resolved_dirs(p, &cwd))
         .map(|(d, r)| {
-            let mode = if d.mode == warden_core::config::DirMode::ReadOnly { "ro" } else { "rw" };
+            let mode = if d.mode == warden_core::config::DirMode::ReadOnly {
+                "ro"
+            } else {
+                "rw"
+            };
             match r["resolved"].as_str() {
                 Some(real) if real != d.path => format!("{}:{mode} ({real} here)", d.path),
                 _ => format!("{}:{mode}", d.path),
             }
         })
         .collect();
-    let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.join(", ") };
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
     out.push(format!("directories: {}", list(&dirs)));
     out.push(format!("environment variables: {}", list(&g.env)));
     out.push(format!("HTTP hosts: {}", list(&g.hosts)));

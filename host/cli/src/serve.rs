@@ -234,7 +234,8 @@ impl Token {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e).with_context(|| format!("cannot create {}", file.display())),
         }
-        let meta = std::fs::metadata(&file).with_context(|| format!("cannot read {}", file.display()))?;
+        let meta =
+            std::fs::metadata(&file).with_context(|| format!("cannot read {}", file.display()))?;
         if meta.permissions().mode() & 0o077 != 0 {
             anyhow::bail!(
                 "{} can be read by other users, so it is no secret; remove it (a new one is made) or `chmod 600` it",

@@ -40,7 +40,12 @@ pub fn trust(args: TrustArgs) -> Result<ExitCode> {
                 Ok(_) => "changed since (untrusted until trusted again)",
                 Err(_) => "missing",
             };
-            say!("{}  {}  sha256 {}", path.display(), now, &entry.sha256[..16]);
+            say!(
+                "{}  {}  sha256 {}",
+                path.display(),
+                now,
+                &entry.sha256[..16]
+            );
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -85,7 +90,10 @@ pub fn trust(args: TrustArgs) -> Result<ExitCode> {
         say!("it may now set: {}", ignored.join(", "));
     }
     for (name, server) in &whole.mcp {
-        say!("it starts {}", crate::mcp_cmd::describe_server(name, server));
+        say!(
+            "it starts {}",
+            crate::mcp_cmd::describe_server(name, server)
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -72,7 +72,10 @@ mod tests {
 
     #[test]
     fn escape_sequences_and_bidi_controls_are_neutralised() {
-        assert!(matches!(terminal_safe("plain text\n\tok"), Cow::Borrowed(_)));
+        assert!(matches!(
+            terminal_safe("plain text\n\tok"),
+            Cow::Borrowed(_)
+        ));
         // Clear screen, OSC 52 clipboard write (BEL-terminated), a C1 CSI, DEL.
         assert_eq!(
             terminal_safe("a\u{1b}[2Jb\u{1b}]52;c;aGk=\u{7}c\u{9b}31md\u{7f}"),

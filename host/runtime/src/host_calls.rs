@@ -88,7 +88,11 @@ impl Question {
             match bounded(store, &s?, budget::ASK_PATTERN)? {
                 Ok(p) => read.push(p),
                 Err(len) => {
-                    return Ok(Err(too_long(&format!("pattern {i}"), len, budget::ASK_PATTERN)));
+                    return Ok(Err(too_long(
+                        &format!("pattern {i}"),
+                        len,
+                        budget::ASK_PATTERN,
+                    )));
                 }
             }
         }
@@ -104,6 +108,15 @@ impl Question {
     }
 }
 
+fn emit(plugin: &str, level: LogLevel, message: &str) {
+    match level {
+        LogLevel::Debug => tracing::debug!(plugin, "{message}"),
+        LogLevel::Info => tracing::info!(plugin, "{message}"),
+        LogLevel::Warn => tracing::warn!(plugin, "{message}"),
+        LogLevel::Error => tracing::error!(plugin, "{message}"),
+    }
+}
+
 impl GuestState {
     /// A log line from the guest (already cut to [`budget::LOG_LINE`]
     /// bytes; `len` is its whole length). Each line costs its bytes plus
@@ -114,28 +127,22 @@ impl GuestState {
         let log = &mut self.meter.log;
         if log.lines >= budget::LOG_LINES || !log.bytes.take(cost) {
             log.dropped_lines += 1;
-            // Said once, then quiet.
+            // Said once, then quiet; at the dropped line's level, so it
+            // shows exactly where that line would have.
             if !log.said_full {
                 log.said_full = true;
-                let plugin = &*self.plugin;
-                tracing::warn!(
-                    plugin,
+                let notice = format!(
                     "log budget of this call used up ({} lines, {} KiB, {} KiB/s); further lines are dropped",
                     budget::LOG_LINES,
                     budget::LOG_BYTES / 1024,
                     budget::LOG_BYTES_PER_SEC / 1024
                 );
+                emit(&self.plugin, level, &notice);
             }
             return;
         }
         log.lines += 1;
-        let plugin = &*self.plugin;
-        match level {
-            LogLevel::Debug => tracing::debug!(plugin, "{message}"),
-            LogLevel::Info => tracing::info!(plugin, "{message}"),
-            LogLevel::Warn => tracing::warn!(plugin, "{message}"),
-            LogLevel::Error => tracing::error!(plugin, "{message}"),
-        }
+        emit(&self.plugin, level, message);
     }
 
     /// A warning the host writes about the guest: from the same budget as
@@ -146,7 +153,11 @@ impl GuestState {
 
     /// A progress update: a title and a JSON object of metadata (`Err` with
     /// its length when it is over [`budget::PROGRESS_UPDATE`]).
-    pub(crate) fn guest_progress(&mut self, title: Option<String>, metadata: Result<String, usize>) {
+    pub(crate) fn guest_progress(
+        &mut self,
+        title: Option<String>,
+        metadata: Result<String, usize>,
+    ) {
         let Some(observer) = self.observer.clone() else {
             return;
         };
@@ -172,7 +183,10 @@ impl GuestState {
     }
 
     /// A permission the guest asks for mid-call; `Err` carries the denial.
-    pub(crate) async fn guest_ask(&mut self, question: Result<Question, String>) -> Result<(), String> {
+    pub(crate) async fn guest_ask(
+        &mut self,
+        question: Result<Question, String>,
+    ) -> Result<(), String> {
         let Some(observer) = self.observer.clone() else {
             return Err("nobody can be asked while the plugin is loading".into());
         };

@@ -12,23 +12,34 @@ use subtle::ConstantTimeEq;
 
 use crate::{ApiError, AppState};
 
-/// Refuse requests without the token, when one is set; without one, refuse
-/// requests not addressed to this machine by name (a web page that rebinds
-/// its own domain to 127.0.0.1 must not reach the API).
+/// Refuse requests from a web page of a foreign origin (token or not: a
+/// browser may attach credentials it has cached for this server), then
+/// requests without the token, when one is set; without one, requests not
+/// addressed to this machine by name (a web page that rebinds its own
+/// domain to 127.0.0.1 must not reach the API).
 pub(crate) async fn authenticate(
     State(state): State<AppState>,
     request: Request,
     next: Next,
 ) -> Response {
+    let host = header_str(request.headers(), header::HOST).unwrap_or("");
+    let origin = header_str(request.headers(), header::ORIGIN);
+    let origin_ok = origin
+        .is_none_or(|o| is_loopback_origin(o) || state.allows_origin(o) || same_origin(o, host));
+    if !origin_ok {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden_origin",
+            "this server does not answer web pages of other origins; name the page's origin with --cors to let it in",
+        )
+        .into_response();
+    }
     let Some(token) = &state.options.token else {
-        let host = header_str(request.headers(), header::HOST).unwrap_or("");
-        let origin = header_str(request.headers(), header::ORIGIN);
-        let origin_ok = origin.is_none_or(|o| is_loopback_origin(o) || state.allows_origin(o));
-        if !is_loopback_host(host) || !origin_ok {
+        if !is_loopback_host(host) {
             return ApiError::new(
                 StatusCode::FORBIDDEN,
                 "forbidden_host",
-                "without a token this server only answers requests addressed to localhost; start it with --token to serve other names",
+                "without a token this server only answers requests addressed to localhost; start it with a token to serve other names",
             )
             .into_response();
         }
@@ -137,6 +148,14 @@ pub(crate) fn is_loopback_host(host: &str) -> bool {
         name.to_ascii_lowercase().as_str(),
         "localhost" | "127.0.0.1" | "::1"
     )
+}
+
+/// A page served by this server itself, under the name it was reached by.
+fn same_origin(origin: &str, host: &str) -> bool {
+    !host.is_empty()
+        && origin.split_once("://").is_some_and(|(scheme, h)| {
+            matches!(scheme, "http" | "https") && h.eq_ignore_ascii_case(host)
+        })
 }
 
 pub(crate) fn is_loopback_origin(origin: &str) -> bool {

@@ -145,7 +145,8 @@ fn the_help_lists_every_command() {
     assert_eq!(
         listed,
         [
-            "run", "demo", "session", "trace", "audit", "serve", "mcp", "ledger", "plugin", "help"
+            "run", "demo", "session", "trace", "audit", "serve", "mcp", "ledger", "trust",
+            "plugin", "help"
         ]
     );
     assert!(!help.contains("run, demo, session, trace."), "{help}");

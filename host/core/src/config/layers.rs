@@ -225,7 +225,10 @@ fn tighten(
                 if allows == 1 { "" } else { "s" }
             ));
         }
-        Ok(all.into_iter().filter(|r| r.action != Action::Allow).collect())
+        Ok(all
+            .into_iter()
+            .filter(|r| r.action != Action::Allow)
+            .collect())
     };
     for (key, value) in project {
         match key.as_str() {
@@ -233,14 +236,20 @@ fn tighten(
                 .rules
                 .extend(rules(&value, "permission", &mut ignored)?),
             "agent" => {
-                let Value::Object(agents) = value else { continue };
+                let Value::Object(agents) = value else {
+                    continue;
+                };
                 for (name, agent) in agents {
-                    let Value::Object(fields) = agent else { continue };
+                    let Value::Object(fields) = agent else {
+                        continue;
+                    };
                     // Only agents the operator has: a new one would start
                     // from the defaults, without the operator's own rules
                     // for the agents it has.
                     let known = name == crate::agent::DEFAULT_AGENT
-                        || merged.pointer(&format!("/agent/{}", pointer(&name))).is_some();
+                        || merged
+                            .pointer(&format!("/agent/{}", pointer(&name)))
+                            .is_some();
                     for (field, v) in fields {
                         let at = format!("agent.{name}.{field}");
                         match field.as_str() {
@@ -269,9 +278,10 @@ fn tighten(
                 top(merged).insert(key, value);
             }
             "ask_timeout_ms" => {
-                let current = merged.get("ask_timeout_ms").and_then(Value::as_u64).unwrap_or(
-                    crate::permission::ask::DEFAULT_DEADLINE.as_millis() as u64,
-                );
+                let current = merged
+                    .get("ask_timeout_ms")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(crate::permission::ask::DEFAULT_DEADLINE.as_millis() as u64);
                 match value.as_u64() {
                     Some(ms) if ms < current => {
                         top(merged).insert(key, value);
@@ -325,7 +335,8 @@ mod tests {
     fn dirs(user: Option<Value>, project: Option<Value>) -> Dirs {
         let root = tempfile::tempdir().unwrap();
         let base = root.path().canonicalize().unwrap();
-        let (user_file, project_dir, data) = (base.join("user.json"), base.join("p"), base.join("d"));
+        let (user_file, project_dir, data) =
+            (base.join("user.json"), base.join("p"), base.join("d"));
         std::fs::create_dir_all(&project_dir).unwrap();
         if let Some(u) = user {
             std::fs::write(&user_file, u.to_string()).unwrap();
@@ -369,11 +380,17 @@ mod tests {
 
     #[test]
     fn an_untrusted_project_config_only_tightens() {
-        let d = dirs(Some(json!({"agent": {"build": {"steps": 10}}})), Some(hostile()));
+        let d = dirs(
+            Some(json!({"agent": {"build": {"steps": 10}}})),
+            Some(hostile()),
+        );
         let loaded = load(&d);
         let c = &loaded.config;
         assert!(c.mcp.is_empty() && c.provider.is_empty() && c.plugins.is_empty());
-        assert_eq!((c.ledger.as_deref(), c.experimental.continue_loop_on_deny), (None, false));
+        assert_eq!(
+            (c.ledger.as_deref(), c.experimental.continue_loop_on_deny),
+            (None, false)
+        );
         assert_eq!(c.builtins, Some(false));
         assert_eq!(c.ask_timeout_ms, Some(1000));
         let build = &c.agent["build"];
@@ -384,15 +401,29 @@ mod tests {
         assert!(deny_ask(&c.restrictions.rules));
         assert_eq!(c.restrictions.agents["build"].len(), 1);
         let notice = loaded.notice().unwrap();
-        for key in ["mcp", "provider", "plugins", "ledger", "experimental", "permission (2 allow rules)",
-                    "agent.build.system", "agent.new.permission", "warden trust"] {
+        for key in [
+            "mcp",
+            "provider",
+            "plugins",
+            "ledger",
+            "experimental",
+            "permission (2 allow rules)",
+            "agent.build.system",
+            "agent.new.permission",
+            "warden trust",
+        ] {
             assert!(notice.contains(key), "{key}: {notice}");
         }
     }
 
     #[test]
     fn a_trusted_project_config_is_merged_whole_until_it_changes() {
-        let d = dirs(Some(json!({"permission": {"read": "ask"}, "plugins": [{"name": "a", "path": "/a.wasm"}]})), Some(hostile()));
+        let d = dirs(
+            Some(
+                json!({"permission": {"read": "ask"}, "plugins": [{"name": "a", "path": "/a.wasm"}]}),
+            ),
+            Some(hostile()),
+        );
         let file = d.project.join(PROJECT_FILE);
         let mut trust = TrustStore::open(&d.data).unwrap();
         trust.trust(&file, &std::fs::read(&file).unwrap()).unwrap();
@@ -409,7 +440,12 @@ mod tests {
         std::fs::write(&file, format!("{} ", hostile())).unwrap();
         let loaded = load(&d);
         assert!(loaded.config.mcp.is_empty());
-        assert!(loaded.notice().unwrap().contains("changed since you trusted it"));
+        assert!(
+            loaded
+                .notice()
+                .unwrap()
+                .contains("changed since you trusted it")
+        );
     }
 
     #[test]
@@ -417,7 +453,13 @@ mod tests {
         let d = dirs(None, None);
         std::fs::write(d.project.join(PROJECT_FILE), r#"{"modle": 1}"#).unwrap();
         let trust = TrustStore::open(&d.data).unwrap();
-        let e = load_layers(&Sources { explicit: None, user: None, project_dir: &d.project, trust: &trust }).unwrap_err();
+        let e = load_layers(&Sources {
+            explicit: None,
+            user: None,
+            project_dir: &d.project,
+            trust: &trust,
+        })
+        .unwrap_err();
         assert!(e.contains("warden.json") && e.contains("modle"), "{e}");
     }
 
@@ -426,7 +468,13 @@ mod tests {
         let d = dirs(None, Some(hostile()));
         let file = d.project.join(PROJECT_FILE);
         let trust = TrustStore::open(&d.data).unwrap();
-        let loaded = load_layers(&Sources { explicit: Some(&file), user: Some(&d.user), project_dir: &d.project, trust: &trust }).unwrap();
+        let loaded = load_layers(&Sources {
+            explicit: Some(&file),
+            user: Some(&d.user),
+            project_dir: &d.project,
+            trust: &trust,
+        })
+        .unwrap();
         assert_eq!(loaded.files.len(), 1);
         assert_eq!(loaded.config.mcp.len(), 1);
     }

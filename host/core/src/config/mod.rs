@@ -226,9 +226,9 @@ impl McpServerConfig {
                 "startup_timeout_ms is {}; give 1 to 600000 (ten minutes)",
                 self.startup_timeout_ms()
             )),
-            _ if !(1..=1_048_576 * 1024).contains(&self.max_output_bytes()) => Err(
-                "max_output_kb must be 1 to 1048576 (1 GiB)".to_string(),
-            ),
+            _ if !(1..=1_048_576 * 1024).contains(&self.max_output_bytes()) => {
+                Err("max_output_kb must be 1 to 1048576 (1 GiB)".to_string())
+            }
             _ => Ok(()),
         }
     }

@@ -117,9 +117,15 @@ impl TrustStore {
     /// Written whole to a temporary file beside it, then renamed: a reader
     /// never sees half a list, and the file is the owner's alone.
     fn save(&self) -> Result<(), String> {
-        let failed = |e: std::io::Error| format!("cannot write the trust list {}: {e}", self.path.display());
+        let failed =
+            |e: std::io::Error| format!("cannot write the trust list {}: {e}", self.path.display());
         let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(failed)?;
+        // The data dir is owner-only; made here first, it is made so here.
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(dir).map_err(failed)?;
         let text = serde_json::to_vec_pretty(&OnDisk {
             trusted: self.entries.clone(),
         })
@@ -130,7 +136,9 @@ impl TrustStore {
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
         let mut f = options.open(&tmp).map_err(failed)?;
-        f.write_all(&text).and_then(|_| f.sync_all()).map_err(failed)?;
+        f.write_all(&text)
+            .and_then(|_| f.sync_all())
+            .map_err(failed)?;
         std::fs::rename(&tmp, &self.path).map_err(failed)
     }
 }
@@ -152,12 +160,18 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(dir.path().join(FILE)).unwrap().permissions().mode();
+            let mode = std::fs::metadata(dir.path().join(FILE))
+                .unwrap()
+                .permissions()
+                .mode();
             assert_eq!(mode & 0o777, 0o600);
         }
         let mut store = store;
         assert!(store.revoke(&file).unwrap());
-        assert_eq!(TrustStore::open(dir.path()).unwrap().status(&file, b"{}"), Status::Unknown);
+        assert_eq!(
+            TrustStore::open(dir.path()).unwrap().status(&file, b"{}"),
+            Status::Unknown
+        );
     }
 
     #[test]
@@ -165,6 +179,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(FILE), "not json").unwrap();
         let e = TrustStore::open(dir.path()).unwrap_err();
-        assert!(e.contains("trust.json") && e.contains("warden trust"), "{e}");
+        assert!(
+            e.contains("trust.json") && e.contains("warden trust"),
+            "{e}"
+        );
     }
 }

@@ -97,7 +97,12 @@ impl Policy {
 
     /// Several patterns of one call: any deny denies, all allow allows,
     /// otherwise ask. Returns the deciding evaluation.
-    pub fn evaluate_all(&self, permission: &str, patterns: &[String], session: &[Rule]) -> Evaluation {
+    pub fn evaluate_all(
+        &self,
+        permission: &str,
+        patterns: &[String],
+        session: &[Rule],
+    ) -> Evaluation {
         if patterns.is_empty() {
             return self.evaluate(permission, "*", session);
         }
@@ -133,7 +138,12 @@ impl Policy {
         self.operator
             .iter()
             .filter(is_hook)
-            .chain(session.iter().filter(is_hook).filter(|r| r.action == Action::Allow))
+            .chain(
+                session
+                    .iter()
+                    .filter(is_hook)
+                    .filter(|r| r.action == Action::Allow),
+            )
             .cloned()
             .collect()
     }
@@ -198,7 +208,11 @@ pub fn check_client_rules(rules: &[Rule]) -> Result<(), String> {
             ));
         }
         let long = r.permission.len() > MAX_NAME || r.pattern.len() > 4 * MAX_NAME;
-        let control = r.permission.chars().chain(r.pattern.chars()).any(char::is_control);
+        let control = r
+            .permission
+            .chars()
+            .chain(r.pattern.chars())
+            .any(char::is_control);
         if r.permission.is_empty() || long || control {
             return Err(format!(
                 "permission[{i}] needs a permission of 1 to {MAX_NAME} bytes and a pattern of at most {} bytes, without control characters",
@@ -238,9 +252,15 @@ mod tests {
     #[test]
     fn a_session_rule_never_lifts_the_operators_deny() {
         let p = config();
-        let session = [rule("read", "*", Action::Allow), rule("read", "a.env", Action::Allow)];
+        let session = [
+            rule("read", "*", Action::Allow),
+            rule("read", "a.env", Action::Allow),
+        ];
         assert_eq!(p.evaluate("read", "a.env", &session).action, Action::Deny);
-        assert_eq!(p.evaluate("read", "src/a.rs", &session).action, Action::Allow);
+        assert_eq!(
+            p.evaluate("read", "src/a.rs", &session).action,
+            Action::Allow
+        );
     }
 
     #[test]
@@ -249,7 +269,10 @@ mod tests {
         let answered = [rule("edit", "a.txt", Action::Allow)];
         assert_eq!(p.evaluate("edit", "a.txt", &answered).action, Action::Allow);
         assert_eq!(p.evaluate("edit", "b.txt", &answered).action, Action::Ask);
-        for glob in [rule("edit", "*", Action::Allow), rule("*", "a.txt", Action::Allow)] {
+        for glob in [
+            rule("edit", "*", Action::Allow),
+            rule("*", "a.txt", Action::Allow),
+        ] {
             assert_eq!(p.evaluate("edit", "a.txt", &[glob]).action, Action::Ask);
         }
     }
@@ -257,14 +280,31 @@ mod tests {
     #[test]
     fn session_and_restriction_rules_tighten() {
         let mut p = config();
-        let session = [rule("read", "secret/*", Action::Ask), rule("list", "*", Action::Deny)];
+        let session = [
+            rule("read", "secret/*", Action::Ask),
+            rule("list", "*", Action::Deny),
+        ];
         assert_eq!(p.evaluate("read", "secret/x", &session).action, Action::Ask);
         assert_eq!(p.evaluate("list", ".", &session).action, Action::Deny);
-        p.restrict = vec![rule("read", "*", Action::Ask), rule("edit", "*", Action::Allow)];
+        p.restrict = vec![
+            rule("read", "*", Action::Ask),
+            rule("edit", "*", Action::Allow),
+        ];
         let e = p.evaluate("read", "a.rs", &[]);
-        assert_eq!((e.action, e.describe()), (Action::Ask, "read * ask".to_string()));
-        assert_eq!(p.evaluate("read", "a.env", &[]).action, Action::Deny, "stricter stays");
-        assert_eq!(p.evaluate("edit", "a", &[]).action, Action::Ask, "a restriction's allow is inert");
+        assert_eq!(
+            (e.action, e.describe()),
+            (Action::Ask, "read * ask".to_string())
+        );
+        assert_eq!(
+            p.evaluate("read", "a.env", &[]).action,
+            Action::Deny,
+            "stricter stays"
+        );
+        assert_eq!(
+            p.evaluate("edit", "a", &[]).action,
+            Action::Ask,
+            "a restriction's allow is inert"
+        );
         // A restriction's ask after the operator's deny does not soften it.
         p.restrict = vec![rule("read", "*.env", Action::Ask)];
         assert_eq!(p.evaluate("read", "a.env", &[]).action, Action::Deny);
@@ -277,7 +317,10 @@ mod tests {
         assert!(p.disabled("list", &[rule("list", "*", Action::Deny)]));
         p.restrict = vec![rule("grep", "*", Action::Deny)];
         assert!(p.disabled("grep", &[]));
-        assert!(p.disabled("grep", &[rule("grep", "*", Action::Allow)]), "a session allow does not switch it back on");
+        assert!(
+            p.disabled("grep", &[rule("grep", "*", Action::Allow)]),
+            "a session allow does not switch it back on"
+        );
     }
 
     #[test]
@@ -289,7 +332,10 @@ mod tests {
         ];
         assert_eq!(
             p.hook_rules(&session),
-            vec![rule("hook.before", "audit", Action::Ask), rule("hook.before", "audit", Action::Allow)]
+            vec![
+                rule("hook.before", "audit", Action::Ask),
+                rule("hook.before", "audit", Action::Allow)
+            ]
         );
     }
 
@@ -299,7 +345,13 @@ mod tests {
         for bad in ["", "*", "re?d", "hook.before", "doom_loop", "a\u{1b}[2J"] {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
-        assert!(check_client_rules(&[rule("read", "*.env", Action::Deny), rule("*", "*", Action::Ask)]).is_ok());
+        assert!(
+            check_client_rules(&[
+                rule("read", "*.env", Action::Deny),
+                rule("*", "*", Action::Ask)
+            ])
+            .is_ok()
+        );
         let e = check_client_rules(&[rule("read", "*.env", Action::Allow)]).unwrap_err();
         assert!(e.contains("only add deny or ask"), "{e}");
         assert!(check_client_rules(&[rule("hook.before", "*", Action::Deny)]).is_err());

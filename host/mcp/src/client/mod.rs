@@ -75,21 +75,23 @@ impl McpTools {
                 message,
             };
             let startup = server.startup_timeout_ms();
-            let (connection, listed) =
-                tokio::time::timeout(Duration::from_millis(startup), async {
+            let (connection, listed) = tokio::time::timeout(
+                Duration::from_millis(startup),
+                async {
                     let connection = connect::connect(name, server).await?;
                     let listed = connection
                         .list_all_tools()
                         .await
                         .map_err(|e| failed(format!("cannot list its tools: {e}")))?;
                     Ok::<_, McpError>((connection, listed))
-                })
-                .await
-                .map_err(|_| {
-                    failed(format!(
-                        "it did not start and list its tools within {startup} ms (startup_timeout_ms)"
-                    ))
-                })??;
+                },
+            )
+            .await
+            .map_err(|_| {
+                failed(format!(
+                    "it did not start and list its tools within {startup} ms (startup_timeout_ms)"
+                ))
+            })??;
             if listed.len() > MAX_TOOLS {
                 return Err(failed(format!(
                     "it offers {} tools; warden takes at most {MAX_TOOLS} from one server",
@@ -101,7 +103,8 @@ impl McpTools {
             for t in listed {
                 let remote = t.name.to_string();
                 let shown = warden_protocol::text::shown(&remote);
-                let schema = serde_json::to_string(&*t.input_schema).map_or(usize::MAX, |s| s.len());
+                let schema =
+                    serde_json::to_string(&*t.input_schema).map_or(usize::MAX, |s| s.len());
                 if schema > MAX_SCHEMA {
                     return Err(failed(format!(
                         "its tool {shown:?} has a parameter schema of {schema} bytes; at most {} KiB",
@@ -115,7 +118,10 @@ impl McpTools {
                     )));
                 }
                 let def = tool_def(name, server, &hash, &t);
-                if let Some(other) = taken.insert(def.id.clone(), format!("tool {shown:?} of MCP server {name}")) {
+                if let Some(other) = taken.insert(
+                    def.id.clone(),
+                    format!("tool {shown:?} of MCP server {name}"),
+                ) {
                     return Err(failed(format!(
                         "its tool {shown:?} would be offered as {}, which is already {other}'s; a rule written for one would apply to the other. Rename one, or disable this server",
                         def.id

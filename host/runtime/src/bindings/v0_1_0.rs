@@ -65,7 +65,8 @@ impl super::Contract for V0_1_0 {
         let mut i = l.instance("warden:plugin/host@0.1.0")?;
         i.func_wrap(
             "log",
-            |store: StoreContextMut<'_, GuestState>, (level, message): (host::LogLevel, WasmStr)| {
+            |store: StoreContextMut<'_, GuestState>,
+             (level, message): (host::LogLevel, WasmStr)| {
                 let level = match level {
                     host::LogLevel::Debug => LogLevel::Debug,
                     host::LogLevel::Info => LogLevel::Info,
