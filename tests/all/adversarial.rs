@@ -432,6 +432,49 @@ async fn a_log_flood_and_an_ask_flood_leave_bounded_traces() {
     assert!(of_asks <= 16 + 2, "{of_asks} audit rows for one call");
 }
 
+#[test]
+fn empty_log_lines_and_aliased_questions_are_paid_for_before_they_are_read() {
+    let env = Env::new();
+    env.config(json!({
+        "plugins": [adversary(json!({}))],
+        "permission": {"probe": "allow", "ask_aliased": "allow", "log_flood": "allow"}
+    }));
+    env.cassette(json!([
+        {"tool_calls": [
+            // 200 000 empty lines: each costs its line, not just its bytes.
+            {"id": "empty", "name": "log_flood", "arguments": {"count": 200_000, "kb": 0}},
+            // 400 patterns, all one 1 MiB buffer: counted before any is read.
+            {"id": "many", "name": "ask_aliased", "arguments": {"count": 400, "kb": 1024}},
+            // 16 patterns of 1 MiB: each over the pattern limit, read no further.
+            {"id": "long", "name": "ask_aliased", "arguments": {"count": 16, "kb": 1024}},
+            {"id": "fine", "name": "ask_aliased", "arguments": {"count": 2, "kb": 0}}
+        ]},
+        {"text": "done"}
+    ]));
+    let run = env.run_json_with("meters", &[("WARDEN_LOG", Some("info"))]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let lines = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("adversary"))
+        .count();
+    assert!(lines <= 1024 + 1, "{lines} lines on stderr");
+    assert!(run.stderr.contains("log budget of this call used up"));
+    let results = tool_results(&env.requests()[1]);
+    let r = |id: &str| results.iter().find(|r| r.0 == id).unwrap().2.clone();
+    assert!(
+        r("many").starts_with("refused: ") && r("many").contains("at most 16"),
+        "{}",
+        r("many")
+    );
+    assert!(
+        r("long").starts_with("refused: ") && r("long").contains("pattern 0"),
+        "{}",
+        r("long")
+    );
+    assert_eq!(r("fine"), "allowed");
+}
+
 // ---- 6. warden's own files through a directory grant ----
 
 #[test]

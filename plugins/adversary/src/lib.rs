@@ -22,6 +22,7 @@ const TOOLS: &[(&str, &str)] = &[
     ("list_dir", "List the directory at `path`."),
     ("ask_flood", "Ask a permission `count` times (`distinct`: a new pattern each time)."),
     ("log_flood", "Log `count` lines of `kb` KiB."),
+    ("ask_aliased", "Ask one question whose `count` patterns all point at one buffer of `kb` KiB."),
     ("progress_flood", "Send `count` progress updates of `kb` KiB."),
     ("fetch", "GET `scheme`://`authority``path` over wasi:http, raw."),
 ];
@@ -105,6 +106,25 @@ impl Guest for Adversary {
                     }
                 }
                 done(json!({"ok": ok, "refused": refused, "last": last}).to_string())
+            }
+            "ask_aliased" => {
+                let buffer = "p".repeat(arg_u64(&args, "kb") as usize * 1024);
+                let (ptr, len) = (buffer.as_ptr().cast_mut(), buffer.len());
+                std::mem::forget(buffer);
+                // Every entry of the list points at the same bytes: the
+                // guest holds one buffer, a host that copies each entry
+                // before looking holds `count` of them.
+                let patterns: Vec<String> = (0..arg_u64(&args, "count"))
+                    // SAFETY: never freed (forgotten below), never written:
+                    // the aliases only lend the host the bytes to read.
+                    .map(|_| unsafe { String::from_raw_parts(ptr, len, len) })
+                    .collect();
+                let answer = host::ask("probe", &patterns, "{}");
+                std::mem::forget(patterns);
+                match answer {
+                    Ok(()) => done("allowed".into()),
+                    Err(e) => done(format!("refused: {e}")),
+                }
             }
             "log_flood" => {
                 let line = "x".repeat(arg_u64(&args, "kb") as usize * 1024);
