@@ -24,6 +24,9 @@ static HELD: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 
 /// Print to standard output, or hold it while a question is asked.
 fn emit(text: &str) {
+    // Text was cleaned where it was rendered; JSON lines are made safe here
+    // (the same JSON value, its control characters escaped).
+    let text = &*warden_protocol::text::json_terminal_safe(text);
     let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
     match held.as_mut() {
         Some(buffer) => buffer.push_str(text),

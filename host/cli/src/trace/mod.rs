@@ -66,6 +66,8 @@ pub async fn trace(args: TraceArgs) -> Result<ExitCode> {
         }
         None => {
             use std::io::Write as _;
+            // The trace holds what models and tools wrote: never raw on a terminal.
+            let out = warden_protocol::text::json_terminal_safe(&out);
             let _ = std::io::stdout().write_all(out.as_bytes());
         }
     }
