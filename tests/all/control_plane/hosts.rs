@@ -103,6 +103,17 @@ async fn a_host_neither_shows_nor_acts_on_a_session_outside_its_directory() {
             .contains("outside the server's directory")
     );
 
+    // Nor read what is there through a route that takes a directory.
+    std::fs::create_dir_all(a_dir.join(".git")).unwrap();
+    std::fs::write(a_dir.join(".git/HEAD"), "ref: refs/heads/a-secret\n").unwrap();
+    let at_a = format!("directory={}", a_dir.display());
+    let (_, vcs) = send(&c, "GET", &b.url(&format!("/vcs?{at_a}")), None).await;
+    assert_eq!(vcs["branch"], Value::Null, "{vcs}");
+    let (_, vcs) = send(&c, "GET", &a.url(&format!("/vcs?{at_a}")), None).await;
+    assert_eq!(vcs["branch"], "a-secret", "{vcs}");
+    let (_, path) = send(&c, "GET", &b.url(&format!("/path?{at_a}")), None).await;
+    assert_eq!(path["directory"], b_dir.display().to_string(), "{path}");
+
     // B's own session works, and B's stream carried nothing of A's.
     let of_b = create(&b, &b_dir).await;
     let (status, _) = send(
