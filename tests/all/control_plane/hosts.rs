@@ -140,16 +140,23 @@ async fn a_host_neither_shows_nor_acts_on_a_session_outside_its_directory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prompt_another_host_queued_is_refused_by_the_host_whose_policy_forbids_its_model() {
     let env = Env::new();
+    env.file("a.txt", "alpha\n");
+    // A's run waits on a question until the test answers it: A holds the
+    // session's lease for exactly as long as the test needs.
+    env.config(json!({"permission": {"read": "ask"}}));
     let root = env.root.path();
     // A's operator runs one cassette of its own; no client's.
-    let slow_path = root.join("slow.json");
-    let slow = cassette(
-        &slow_path,
-        json!([{"delay_ms": 4000, "text": "slow"}, {"text": "again"}]),
+    let own_path = root.join("own.json");
+    let own = cassette(
+        &own_path,
+        json!([
+            {"tool_calls": [{"id": "c1", "name": "read", "arguments": {"filePath": "a.txt"}}]},
+            {"text": "A's own answer"}
+        ]),
     );
     let a = Server::launch(
         &env,
-        &["--model", &format!("scripted:{}", slow_path.display())],
+        &["--model", &format!("scripted:{}", own_path.display())],
         &[],
     );
     // B lets its clients use any cassette.
@@ -158,7 +165,7 @@ async fn a_prompt_another_host_queued_is_refused_by_the_host_whose_policy_forbid
     let theirs_path = root.join("theirs.json");
     let theirs = cassette(&theirs_path, json!([{"text": "B's cassette ran"}]));
 
-    // A refuses B's cassette from its own clients, and takes its own.
+    // A refuses B's cassette from its own clients.
     let session = create(&a, &env.project()).await;
     let (status, body) = send(
         &c,
@@ -175,25 +182,48 @@ async fn a_prompt_another_host_queued_is_refused_by_the_host_whose_policy_forbid
         &c,
         "POST",
         &a.url(&format!("/session/{session}/prompt_async")),
-        Some(json!({"parts": [{"type": "text", "text": "slow one"}], "model": slow})),
+        Some(json!({"parts": [{"type": "text", "text": "read a.txt"}], "model": own})),
     )
     .await;
     assert_eq!(status, 204);
-    // A holds the session's lease once it is busy.
-    until(&mut a_events, |e| {
-        e["type"] == "session.status" && e["status"]["type"] == "busy"
-    })
-    .await;
+    let seen = until(&mut a_events, |e| e["type"] == "permission.asked").await;
+    let ask = seen.last().unwrap()["id"].as_str().unwrap().to_string();
 
-    // A client of B prompts the same session: queued behind A's run, then
-    // taken by A, which does not run a model its operator never allowed.
-    let (status, body) = send(
+    // A client of B prompts the same session: queued behind A's run.
+    let from_b = {
+        let (c, url) = (c.clone(), b.url(&format!("/session/{session}/message")));
+        let theirs = theirs.clone();
+        tokio::spawn(async move {
+            send(
+                &c,
+                "POST",
+                &url,
+                Some(json!({"parts": [{"type": "text", "text": "from B"}], "model": theirs})),
+            )
+            .await
+        })
+    };
+    let ledger = env.ledger();
+    let id = warden_protocol::SessionId(session.clone());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while ledger.open_prompts(&id).await.unwrap().len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "B's prompt was never queued"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // A goes on, then takes B's prompt, and does not run a model its
+    // operator never allowed.
+    let (status, _) = send(
         &c,
         "POST",
-        &b.url(&format!("/session/{session}/message")),
-        Some(json!({"parts": [{"type": "text", "text": "from B"}], "model": theirs})),
+        &a.url(&format!("/permission/{ask}/reply")),
+        Some(json!({"reply": "once"})),
     )
     .await;
+    assert_eq!(status, 200);
+    let (status, body) = from_b.await.unwrap();
     assert_ne!(status, 200, "{body}");
     assert!(
         body.to_string()
@@ -205,7 +235,8 @@ async fn a_prompt_another_host_queued_is_refused_by_the_host_whose_policy_forbid
         "B's cassette was run"
     );
     until(&mut a_events, is_idle).await;
-    // A's own turn is whole; B's prompt left a record of why, no answer.
+    assert!(ledger.open_prompts(&id).await.unwrap().is_empty());
+    // A's own turn is whole; B's prompt got no answer.
     let (_, messages) = send(
         &c,
         "GET",
@@ -213,13 +244,14 @@ async fn a_prompt_another_host_queued_is_refused_by_the_host_whose_policy_forbid
         None,
     )
     .await;
-    let texts: Vec<String> = messages
+    let answers: Vec<String> = messages
         .as_array()
         .unwrap()
         .iter()
         .filter(|m| m["info"]["role"] == "assistant")
         .map(|m| m["parts"].to_string())
         .collect();
-    assert_eq!(texts.len(), 1, "{messages}");
-    assert!(texts[0].contains("slow"));
+    assert_eq!(answers.len(), 2, "{messages}");
+    assert!(answers[1].contains("A's own answer"), "{messages}");
+    assert!(!messages.to_string().contains("B's cassette ran"));
 }
