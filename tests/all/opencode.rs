@@ -110,18 +110,13 @@ pub(crate) fn offline(c: &mut Command, home: &Path) {
         .env_remove("OPENCODE_CONFIG_CONTENT");
 }
 
-/// A project with a file to read and a cassette: read it, then answer; a
-/// third prompt waits a minute for its answer (to be aborted).
-///
-/// The first turn waits a second, as a real model does before it answers:
-/// `opencode run --attach` opens its event stream and sends the prompt at
-/// the same moment, on two connections, and shows only what arrives after
-/// its stream is open; a model answering within microseconds would be done
-/// before the client listens.
+/// A project with a file to read and a cassette: read it, then answer at
+/// once (no delay: a client that subscribes as it prompts still sees it
+/// all); a third prompt waits a minute for its answer (to be aborted).
 fn read_then_answer(env: &Env) -> PathBuf {
     env.file("hello.txt", "hi from the project\n");
     env.cassette(json!([
-        {"delay_ms": 1000, "tool_calls": [{"id": "call_1", "name": "read", "arguments": {"filePath": "hello.txt"}}]},
+        {"tool_calls": [{"id": "call_1", "name": "read", "arguments": {"filePath": "hello.txt"}}]},
         {"text": "The file says hi."},
         {"delay_ms": 60000, "text": "too late"}
     ]))
@@ -204,6 +199,88 @@ async fn opencode_run_attach_completes_a_session_with_a_tool_call() {
     // opencode run sends its message argument quoted (its own server
     // gets the same text).
     assert_eq!(msgs[0].text(), "\"read hello.txt\"");
+}
+
+/// The race the delayed cassette above leaves out: `opencode run --attach`
+/// opens its event stream and sends its prompt at once, on two
+/// connections, and a model answering at once (a local model, a cache, a
+/// recording) has the session over before the stream is registered. The
+/// stream must still show the whole session: every run prints the tool
+/// call and the answer. Ten runs in a row, each a new session, no delay.
+#[tokio::test]
+async fn opencode_run_attach_shows_an_instant_session_ten_times_in_a_row() {
+    let env = Env::new();
+    env.file("hello.txt", "hi from the project\n");
+    let cassette = env.cassette(json!([
+        {"tool_calls": [{"id": "call_1", "name": "read", "arguments": {"filePath": "hello.txt"}}]},
+        {"text": "The file says hi."}
+    ]));
+    let model = format!("scripted:{}", cassette.display());
+    let server = Server::launch(&env, &["--model", &model], &[]);
+    let home = env.root.path().join("home");
+    for run in 1..=10 {
+        let out = opencode(
+            &home,
+            &env.project(),
+            &[
+                "run",
+                "--attach",
+                &server.base,
+                "--format",
+                "json",
+                "read hello.txt",
+            ],
+        )
+        .output()
+        .unwrap();
+        let events = lines(&out);
+        assert!(
+            out.status.success(),
+            "run {run}: opencode run failed: {}\n{events:?}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let tool = events
+            .iter()
+            .find(|e| e["type"] == "tool_use")
+            .unwrap_or_else(|| {
+                panic!(
+                    "run {run}: no tool call shown: {events:#?}\nstdout: {}\nstderr: {}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            });
+        assert_eq!(tool["part"]["callID"], "call_1", "run {run}");
+        assert_eq!(tool["part"]["state"]["status"], "completed", "run {run}");
+        assert!(
+            tool["part"]["state"]["output"]
+                .as_str()
+                .is_some_and(|o| o.contains("hi from the project")),
+            "run {run}: {tool}"
+        );
+        let texts: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["type"] == "text")
+            .map(|e| &e["part"]["text"])
+            .collect();
+        assert_eq!(
+            texts,
+            [&json!("The file says hi.")],
+            "run {run}: {events:#?}"
+        );
+        // Each part once, though it was sent both replayed and live.
+        let ids: Vec<&str> = events
+            .iter()
+            .filter_map(|e| e["part"]["id"].as_str())
+            .collect();
+        let mut unique = ids.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(
+            ids.len(),
+            unique.len(),
+            "run {run}: a part shown twice: {events:#?}"
+        );
+    }
 }
 
 #[test]

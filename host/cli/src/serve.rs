@@ -183,6 +183,16 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
         }
     });
 
+    // TCP_NODELAY: an event stream writes small frames one after another,
+    // and Nagle's algorithm would hold each behind the client's delayed
+    // ACK (up to 40 ms on Linux), long enough for the prompt's answer to
+    // overtake its own events on the other connection.
+    use axum::serve::ListenerExt as _;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
+        }
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;

@@ -82,6 +82,12 @@ pub enum MessageError {
     /// unknown one with its message.
     #[serde(rename = "MessageInterruptedError")]
     Interrupted { message: String },
+    /// The loop stopped before the model answered, and says why: a person
+    /// rejected a call's question (or nobody approved it), the model kept
+    /// repeating a refused call, or the agent used all its steps. OpenCode
+    /// has no such error; its clients show it with its message.
+    #[serde(rename = "MessageStoppedError")]
+    Stopped { message: String },
 }
 
 impl MessageError {
@@ -91,7 +97,8 @@ impl MessageError {
             MessageError::Provider { message, .. }
             | MessageError::ContextOverflow { message }
             | MessageError::Aborted { message }
-            | MessageError::Interrupted { message } => message,
+            | MessageError::Interrupted { message }
+            | MessageError::Stopped { message } => message,
         }
     }
 }

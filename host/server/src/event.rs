@@ -26,6 +26,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -124,6 +125,13 @@ struct Watch {
     dirs: HashMap<SessionId, Option<String>>,
     /// Messages ready to go before the next bus event.
     queued: std::collections::VecDeque<SseEvent>,
+    /// Events published before the stream began, of sessions prompted
+    /// since (see `warden_core::bus`): sent first, one at a time.
+    late: std::collections::VecDeque<(Option<i64>, Arc<Event>)>,
+    /// Answers waiting for this stream to send what was published before
+    /// they asked (see `delivery.rs`), and where their requests come.
+    flushes: crate::delivery::Flushes,
+    acks: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Watch {
@@ -247,6 +255,88 @@ impl Watch {
     }
 }
 
+/// What a stream waits for.
+enum Next {
+    Local(Result<Arc<Event>, RecvError>),
+    Numbered(Result<Arc<Numbered>, RecvError>),
+    /// An answer waits for what was published before it to go out.
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+impl Watch {
+    /// One event of this process's bus; `false` when the bus is gone.
+    async fn take_local(&mut self, received: Result<Arc<Event>, RecvError>) -> bool {
+        match received {
+            Ok(event) => self.queue(&event, None).await,
+            Err(RecvError::Lagged(missed)) => {
+                let mut properties = json!({"missed": missed});
+                if let Some(s) = &self.filter {
+                    properties["sessionID"] = json!(s);
+                }
+                let lagged = Envelope::new(next_event_id(), "server.lagged", properties);
+                let m = self.message(lagged, None).await;
+                self.queued.push_back(m);
+            }
+            Err(RecvError::Closed) => return false,
+        }
+        true
+    }
+
+    /// One numbered event of the relay; `false` when the bus is gone.
+    async fn take_numbered(&mut self, received: Result<Arc<Numbered>, RecvError>) -> bool {
+        let Source::Numbered { last, .. } = &mut self.rx else {
+            return true;
+        };
+        match received {
+            Ok(numbered) => {
+                // Sent already (replayed, or read from the outbox on resuming).
+                if numbered.seq > *last {
+                    *last = numbered.seq;
+                    self.queue(&numbered.event, Some(numbered.seq)).await;
+                }
+            }
+            Err(RecvError::Lagged(_)) => {
+                // Fell behind: read what was missed from the outbox.
+                let after = *last;
+                let read = self.replay(after).await;
+                if let Source::Numbered { last, .. } = &mut self.rx {
+                    *last = read;
+                }
+            }
+            Err(RecvError::Closed) => return false,
+        }
+        true
+    }
+
+    /// Queue every event already in the channel. (On a shared ledger this
+    /// host's own events come back through the relay: those not back yet
+    /// follow the answer.)
+    async fn drain(&mut self) {
+        use tokio::sync::broadcast::error::TryRecvError;
+        loop {
+            let open = match &mut self.rx {
+                Source::Local(rx) => match rx.try_recv() {
+                    Ok(e) => self.take_local(Ok(e)).await,
+                    Err(TryRecvError::Lagged(n)) => {
+                        self.take_local(Err(RecvError::Lagged(n))).await
+                    }
+                    Err(TryRecvError::Empty | TryRecvError::Closed) => return,
+                },
+                Source::Numbered { rx, .. } => match rx.try_recv() {
+                    Ok(e) => self.take_numbered(Ok(e)).await,
+                    Err(TryRecvError::Lagged(n)) => {
+                        self.take_numbered(Err(RecvError::Lagged(n))).await
+                    }
+                    Err(TryRecvError::Empty | TryRecvError::Closed) => return,
+                },
+            };
+            if !open {
+                return;
+            }
+        }
+    }
+}
+
 async fn stream(
     state: AppState,
     filter: Option<SessionId>,
@@ -257,22 +347,32 @@ async fn stream(
     // A client watching one session gets that session's channel, so a lag
     // it is told about counts its own session's events. On a shared
     // ledger it reads the numbered events of every host instead.
-    let rx = if bus.is_relayed() {
-        Source::Numbered {
-            rx: bus.subscribe_numbered(),
-            last: 0,
-        }
+    // A client that subscribes just after it prompted (as `opencode run
+    // --attach` does) gets what its session published before it came,
+    // exactly once; one that resumes by number reads the outbox instead.
+    let (rx, late) = if bus.is_relayed() {
+        let (rx, late) = bus.subscribe_numbered_late(filter.as_ref());
+        let late = if resume_after.is_some() {
+            Vec::new()
+        } else {
+            late
+        };
+        let last = late
+            .iter()
+            .flat_map(|r| r.events.iter().filter_map(|(seq, _)| *seq))
+            .max()
+            .unwrap_or(0);
+        (Source::Numbered { rx, last }, late)
     } else {
-        match &filter {
-            Some(session) => Source::Local(bus.subscribe_session(session)),
-            None => Source::Local(bus.subscribe()),
-        }
+        let (rx, late) = bus.subscribe_late(filter.as_ref());
+        (Source::Local(rx), late)
     };
     // A client watching one session answers that session's questions only.
     let attached = match &filter {
         Some(session) => state.core.permissions().attach_to(session),
         None => state.core.permissions().attach(),
     };
+    let state_deliveries = state.deliveries.register(filter.clone());
     let mut watch = Watch {
         rx,
         _attached: attached,
@@ -281,6 +381,9 @@ async fn stream(
         state,
         dirs: HashMap::new(),
         queued: Default::default(),
+        late: Default::default(),
+        flushes: state_deliveries,
+        acks: Vec::new(),
     };
     let hello = watch
         .message(
@@ -289,6 +392,18 @@ async fn stream(
         )
         .await;
     watch.queued.push_back(hello);
+    for replay in late {
+        if replay.dropped > 0 && watch.directory(&replay.session).await.is_some() {
+            let lagged = Envelope::new(
+                next_event_id(),
+                "server.lagged",
+                json!({"missed": replay.dropped, "sessionID": replay.session}),
+            );
+            let m = watch.message(lagged, None).await;
+            watch.queued.push_back(m);
+        }
+        watch.late.extend(replay.events);
+    }
     // Subscribed first, then the missed ones read: none falls between.
     if let (Some(after), Source::Numbered { .. }) = (resume_after, &watch.rx) {
         let last = watch.replay(after).await;
@@ -301,39 +416,60 @@ async fn stream(
             if let Some(m) = w.queued.pop_front() {
                 return Some((Ok(m), w));
             }
-            match &mut w.rx {
-                Source::Local(rx) => match rx.recv().await {
-                    Ok(event) => w.queue(&event, None).await,
-                    Err(RecvError::Lagged(missed)) => {
-                        let mut properties = json!({"missed": missed});
-                        if let Some(s) = &w.filter {
-                            properties["sessionID"] = json!(s);
-                        }
-                        let lagged = Envelope::new(next_event_id(), "server.lagged", properties);
-                        let m = w.message(lagged, None).await;
-                        w.queued.push_back(m);
-                    }
-                    Err(RecvError::Closed) => return None,
+            // Polled again with nothing queued: everything yielded so far
+            // was taken by the connection. Answers waiting for that go.
+            if w.late.is_empty() && !w.acks.is_empty() {
+                for done in w.acks.drain(..) {
+                    let _ = done.send(());
+                }
+                w.flushes.acknowledged();
+            }
+            if let Some((seq, event)) = w.late.pop_front() {
+                // A replayed part is its latest version: its delta is not
+                // what the client has yet, so only the part is sent.
+                let event = match event.as_ref() {
+                    Event::PartUpdated {
+                        part,
+                        delta: Some(_),
+                    } => Arc::new(Event::PartUpdated {
+                        part: part.clone(),
+                        delta: None,
+                    }),
+                    _ => event,
+                };
+                w.queue(&event, seq).await;
+                continue;
+            }
+            let next = match &mut w.rx {
+                Source::Local(rx) => tokio::select! {
+                    biased;
+                    r = rx.recv() => Next::Local(r),
+                    Some(done) = w.flushes.rx.recv() => Next::Flush(done),
                 },
-                Source::Numbered { rx, last } => match rx.recv().await {
-                    Ok(numbered) => {
-                        // Sent already (read from the outbox on resuming).
-                        if numbered.seq <= *last {
-                            continue;
-                        }
-                        *last = numbered.seq;
-                        w.queue(&numbered.event, Some(numbered.seq)).await;
-                    }
-                    Err(RecvError::Lagged(_)) => {
-                        // Fell behind: read what was missed from the outbox.
-                        let after = *last;
-                        let read = w.replay(after).await;
-                        if let Source::Numbered { last, .. } = &mut w.rx {
-                            *last = read;
-                        }
-                    }
-                    Err(RecvError::Closed) => return None,
+                Source::Numbered { rx, .. } => tokio::select! {
+                    biased;
+                    r = rx.recv() => Next::Numbered(r),
+                    Some(done) = w.flushes.rx.recv() => Next::Flush(done),
                 },
+            };
+            match next {
+                Next::Flush(done) => {
+                    // Everything published before the request is in the
+                    // channel: take it all now, and acknowledge once it
+                    // has been sent.
+                    w.drain().await;
+                    w.acks.push(done);
+                }
+                Next::Local(received) => {
+                    if !w.take_local(received).await {
+                        return None;
+                    }
+                }
+                Next::Numbered(received) => {
+                    if !w.take_numbered(received).await {
+                        return None;
+                    }
+                }
             }
         }
     });

@@ -13,6 +13,7 @@
 
 mod auth;
 mod catalog;
+mod delivery;
 mod error;
 mod event;
 mod permission;
@@ -84,6 +85,8 @@ pub(crate) struct Inner {
     pub options: ServerOptions,
     /// When the server started (ms), the time of the one project it serves.
     pub started: i64,
+    /// The open event streams, flushed before an answer goes out.
+    pub deliveries: delivery::Deliveries,
 }
 
 /// Shared by every handler.
@@ -170,6 +173,7 @@ pub fn router(core: Core, options: ServerOptions) -> Router {
         core,
         options,
         started,
+        deliveries: Default::default(),
     }));
     let (api, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(routes::health))

@@ -360,21 +360,11 @@ pub async fn prompt(
     ApiJson(body): ApiJson<PromptBody>,
 ) -> Result<Json<MessageWithParts>, ApiError> {
     let input = prompt_input(&state, SessionId(id), body).await?;
+    let session = input.session_id.clone();
     let answer = state.core.prompt(input).await?;
-    delivered(&state).await;
+    // The run's events go out before its answer (see `delivery.rs`).
+    state.deliveries.flush(&session).await;
     Ok(Json(answer))
-}
-
-/// Wait until every event stream has taken every published event (at most
-/// half a second: a stalled client cannot hold an answer back). A client
-/// that prints the run's events and exits on the answer, as `opencode run
-/// --attach` does, would otherwise lose the last ones to the race between
-/// its two connections.
-async fn delivered(state: &AppState) {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(500);
-    while state.core.bus().unread() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
 }
 
 /// Queue a prompt and return at once; follow it on the event stream. A 204

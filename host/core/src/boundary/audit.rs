@@ -11,6 +11,7 @@ use warden_protocol::PermissionReply;
 
 use crate::clock::now_ms;
 use crate::ledger::AuditEntry;
+use crate::permission::Refusal;
 use crate::tool::CallContext;
 
 /// The most audit rows one call writes; past it, one row counts the rest.
@@ -206,6 +207,9 @@ pub struct Trail {
 struct Rows {
     entries: Vec<AuditEntry>,
     dropped: usize,
+    /// The first question of this call that a person (or the deadline)
+    /// refused: what may stop the loop (see [`crate::boundary::Report`]).
+    refusal: Option<Refusal>,
 }
 
 impl Trail {
@@ -214,6 +218,18 @@ impl Trail {
             ctx: Arc::new(ctx.clone()),
             rows: Arc::default(),
         }
+    }
+
+    /// Note that a question of this call ended without a yes, and why
+    /// (the first such answer is kept).
+    pub fn refused(&self, why: Refusal) {
+        let mut rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
+        rows.refusal.get_or_insert(why);
+    }
+
+    /// The first question of this call that ended without a yes, if any.
+    pub fn refusal(&self) -> Option<Refusal> {
+        self.rows.lock().unwrap_or_else(|p| p.into_inner()).refusal
     }
 
     /// Add a row; past [`MAX_AUDIT_ROWS`] it is only counted.

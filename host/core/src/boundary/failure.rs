@@ -1,6 +1,7 @@
 //! Why a call failed, typed. The sentence the model is shown is its
-//! `Display`, written here once; [`CallFailure::is_denial`] says whether a
-//! permission or a hook refused it (which may stop the loop).
+//! `Display`, written here once. Whether a failure stops the loop is not
+//! its kind's to say: only a question a person rejected (or nobody
+//! approved) does, whatever asked it (see `session/turn`).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -59,27 +60,6 @@ pub enum CallFailure {
     },
     /// The tool guest failed.
     Guest(GuestError),
-}
-
-impl CallFailure {
-    /// A permission or a hook refused the call (the loop may stop on it).
-    pub fn is_denial(&self) -> bool {
-        match self {
-            CallFailure::DoomLoop { .. }
-            | CallFailure::Protected { .. }
-            | CallFailure::Denied { .. }
-            | CallFailure::Rejected { .. }
-            | CallFailure::Rules(_)
-            | CallFailure::HookRefused { .. }
-            | CallFailure::Blocked { .. }
-            | CallFailure::HookAskRejected { .. } => true,
-            CallFailure::Guest(e) => matches!(e, GuestError::Denied(_)),
-            CallFailure::BadArguments(_)
-            | CallFailure::UnknownTool { .. }
-            | CallFailure::DuplicateId { .. }
-            | CallFailure::HookFailed { .. } => false,
-        }
-    }
 }
 
 impl fmt::Display for CallFailure {

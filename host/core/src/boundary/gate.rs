@@ -153,9 +153,9 @@ pub async fn decide(gate: &Gate<'_>, question: Question, eval: Evaluation) -> Ve
                 .waited(asked.elapsed()),
             );
             if refused {
-                Verdict::Rejected {
-                    why: answer.refusal.unwrap_or(Refusal::Rejected),
-                }
+                let why = answer.refusal.unwrap_or(Refusal::Rejected);
+                gate.trail.refused(why);
+                Verdict::Rejected { why }
             } else {
                 Verdict::Allowed
             }

@@ -100,16 +100,26 @@ pub enum CallOutcome {
 /// Run one call through the boundary and write its audit trail (for front
 /// ends without a call table, such as the MCP server).
 pub async fn run(env: &CallEnv, req: CallRequest) -> CallOutcome {
-    let (outcome, trail) = run_audited(env, req).await;
-    if let Err(e) = env.ledger.audit_all(&trail).await {
+    let report = run_audited(env, req).await;
+    if let Err(e) = env.ledger.audit_all(&report.audit).await {
         tracing::warn!(error = %e, "could not write the audit trail");
     }
-    outcome
+    report.outcome
 }
 
-/// Run one call through the boundary; its audit rows are returned for the
-/// caller to write with the call's terminal state.
-pub async fn run_audited(env: &CallEnv, req: CallRequest) -> (CallOutcome, Vec<AuditEntry>) {
+/// How a call went through the boundary.
+pub struct Report {
+    pub outcome: CallOutcome,
+    /// Its audit rows, for the caller to write with its terminal state.
+    pub audit: Vec<AuditEntry>,
+    /// The first question of the call that ended without a yes (a person's
+    /// reject, or nobody answering), if any: a failed call with one stops
+    /// the loop, a rule's deny or a hook's block does not.
+    pub refusal: Option<crate::permission::Refusal>,
+}
+
+/// Run one call through the boundary.
+pub async fn run_audited(env: &CallEnv, req: CallRequest) -> Report {
     let trail = Trail::new(&req.ctx);
     let observer: Arc<dyn CallObserver> = Arc::new(observer::Observer {
         env: env.clone(),
@@ -132,7 +142,11 @@ pub async fn run_audited(env: &CallEnv, req: CallRequest) -> (CallOutcome, Vec<A
         Ok(output) => CallOutcome::Completed { input, output },
         Err(failure) => CallOutcome::Failed { input, failure },
     };
-    (outcome, call.trail.take())
+    Report {
+        outcome,
+        refusal: call.trail.refusal(),
+        audit: call.trail.take(),
+    }
 }
 
 /// One call under way.

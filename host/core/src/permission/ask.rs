@@ -55,6 +55,15 @@ pub enum Refusal {
     Aborted,
 }
 
+impl Refusal {
+    /// Whether this answer stops the session's loop: a person said no, or
+    /// nobody said yes (nobody attached, the deadline, the watcher left).
+    /// An abort stops the session by itself.
+    pub fn stops_loop(self) -> bool {
+        !matches!(self, Refusal::Aborted)
+    }
+}
+
 impl fmt::Display for Refusal {
     /// The end of a sentence that starts "needs approval and ...".
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -99,6 +99,8 @@ impl Core {
         };
         let body = serde_json::to_string(&queued)
             .map_err(|e| CoreError::Internal(format!("cannot encode a prompt: {e}")))?;
+        // From here on, a client that subscribes late still sees it all.
+        self.inner.ledger.bus().record(&session.id);
         self.inner.ledger.enqueue_prompt(&session.id, &body).await
     }
 

@@ -37,6 +37,8 @@ pub(crate) async fn run(
     session_id: &SessionId,
     cancel: &CancellationToken,
 ) -> Result<MessageWithParts> {
+    // A run taken over (or resumed) is kept for late subscribers too.
+    core.ledger.bus().record(session_id);
     recover_stale(core, session_id).await?;
     let mut chat = history::ChatCache::default();
     loop {
@@ -93,13 +95,28 @@ pub(crate) async fn run(
         if let Some(max) = agent.steps
             && step > max
         {
-            core.ledger.bus().publish(Event::SessionWarning {
-                session_id: session_id.clone(),
-                message: format!(
-                    "the agent {} used all its {max} steps for this prompt",
-                    agent.name
-                ),
-            });
+            // The last step's message says why there is no answer.
+            if let Some(last) = latest.assistant
+                && let Some(info) = assistant(last)
+                && info.error.is_none()
+            {
+                let mut info = info.clone();
+                let error = MessageError::Stopped {
+                    message: format!(
+                        "the agent {} used all its {max} steps for this prompt and called a tool on the last one instead of answering; send another prompt to go on, or raise agent.{}.steps",
+                        agent.name, agent.name
+                    ),
+                };
+                info.error = Some(error.clone());
+                core.ledger
+                    .put_message(&MessageInfo::Assistant(info.clone()))
+                    .await?;
+                core.ledger.bus().publish(Event::SessionError {
+                    session_id: session_id.clone(),
+                    message_id: Some(info.id.clone()),
+                    error,
+                });
+            }
             break;
         }
 

@@ -53,10 +53,24 @@ impl<'a> CallTable<'a> {
         &self.parts
     }
 
+    /// The call of the current attempt with this id. Calls of an attempt
+    /// that failed and was retried are set aside (ignored): a retry may
+    /// reuse their ids (recorded streams and many OpenAI-compatible servers
+    /// number calls deterministically), and its call is a new one, not a
+    /// duplicate.
     pub fn index(&self, call_id: &CallId) -> Option<usize> {
-        self.parts
-            .iter()
-            .position(|p| p.call_id() == Some(call_id.as_str()))
+        self.parts.iter().position(|p| {
+            p.call_id() == Some(call_id.as_str())
+                && !matches!(p.body, PartBody::Tool { ignored: true, .. })
+        })
+    }
+
+    /// The tool a call of the current attempt named.
+    pub fn name(&self, call_id: &CallId) -> Option<String> {
+        match &self.parts[self.index(call_id)?].body {
+            PartBody::Tool { tool, .. } => Some(tool.clone()),
+            _ => None,
+        }
     }
 
     pub fn state(&self, idx: usize) -> Option<&ToolState> {
@@ -266,6 +280,7 @@ impl<'a> CallTable<'a> {
             .iter()
             .filter(|p| p.call_id().is_some_and(|c| c.starts_with(call_id.as_str())))
             .count();
+        // Set-aside calls count too: the new id must be one no part has.
         let id = CallId(format!("{call_id}-duplicate-{n}"));
         tracing::warn!(
             %call_id,

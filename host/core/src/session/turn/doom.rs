@@ -17,30 +17,32 @@ use crate::tool::CallContext;
 
 /// The last this many tool calls identical → ask `doom_loop`.
 pub(super) const THRESHOLD: usize = 3;
+/// A model refused `doom_loop` by a rule that still repeats the call this
+/// many times in a row is stuck: the loop stops.
+pub(super) const GIVE_UP: usize = 2 * THRESHOLD;
 
-/// Whether this call and the ones right before it in this run (across this
-/// prompt's assistant messages) are the same tool with the same arguments.
-pub(super) fn is_doom_loop(
+/// How many calls in a row, ending with this one, in this run (across
+/// this prompt's assistant messages) are the same tool with the same
+/// arguments.
+pub(super) fn repeats(
     history: &[Arc<MessageWithParts>],
     user_id: &warden_protocol::MessageId,
     this_step: &[Part],
     name: &str,
     input: &Value,
-) -> bool {
+) -> usize {
     let earlier = history
         .iter()
         .filter(|m| assistant(m.as_ref()).is_some_and(|a| &a.id > user_id))
         .flat_map(|m| m.parts.iter());
     let recent: Vec<&Part> = earlier
         .chain(this_step.iter())
-        .filter(|p| matches!(p.body, PartBody::Tool { .. }))
+        .filter(|p| matches!(p.body, PartBody::Tool { ignored: false, .. }))
         .collect();
-    if recent.len() < THRESHOLD {
-        return false;
-    }
-    recent[recent.len() - THRESHOLD..]
+    recent
         .iter()
-        .all(|p| match &p.body {
+        .rev()
+        .take_while(|p| match &p.body {
             PartBody::Tool { tool, state, .. } => {
                 tool == name
                     && !matches!(state, ToolState::Pending { .. })
@@ -48,6 +50,7 @@ pub(super) fn is_doom_loop(
             }
             _ => false,
         })
+        .count()
 }
 
 /// Put the repeated call to the gate; the audit rows are returned to be
@@ -60,7 +63,7 @@ pub(super) async fn allowed(
     cancel: &CancellationToken,
     name: &str,
     input: &Value,
-) -> (bool, Vec<AuditEntry>) {
+) -> (Verdict, Vec<AuditEntry>) {
     let trail = Trail::new(ctx);
     let eval = match rules
         .evaluate(ledger, "doom_loop", &[name.to_string()])
@@ -69,7 +72,12 @@ pub(super) async fn allowed(
         Ok(eval) => eval,
         Err(e) => {
             tracing::warn!("the session's rules could not be read for the doom-loop guard: {e}");
-            return (false, Vec::new());
+            return (
+                Verdict::Denied {
+                    rule: "(the rules could not be read)".into(),
+                },
+                Vec::new(),
+            );
         }
     };
     let question = Question {
@@ -91,5 +99,5 @@ pub(super) async fn allowed(
         cancel,
     };
     let verdict = gate::decide(&gate, question, eval).await;
-    (verdict == Verdict::Allowed, trail.take())
+    (verdict, trail.take())
 }

@@ -8,8 +8,14 @@
 //! - [`runs`]: the calls running through the boundary in their own tasks;
 //! - [`doom`]: the doom-loop guard.
 //!
-//! It tells the loop what comes next: `continue`, `stop` (blocked by a
-//! denial, or the assistant errored) or `compact` (context overflow).
+//! It tells the loop what comes next: `continue`, `stop` or `compact`
+//! (context overflow). As in the seeds, a rule's deny, a protected path and
+//! a hook's block are error parts the model reads, and the loop goes on; it
+//! stops when the assistant errored, or when a call failed because a
+//! person rejected one of its questions (or nobody approved it: nobody
+//! attached, the deadline passed, the watcher left), unless
+//! `experimental.continue_loop_on_deny`. A turn that stops so says why in
+//! its message's error ([`MessageError::Stopped`]).
 
 mod calls;
 mod doom;
@@ -30,6 +36,7 @@ use warden_protocol::{
 use super::CoreInner;
 use super::phase_marks::PhaseMarks;
 use crate::agent::Agent;
+use crate::boundary::gate::Verdict;
 use crate::boundary::{CallEnv, CallFailure, CallOutcome, CallRequest, Rules};
 use crate::clock::now_ms;
 use crate::error::{CoreError, Result};
@@ -86,7 +93,8 @@ pub(crate) struct Turn<'a> {
     calls: CallTable<'a>,
     runs: Runs,
     feedback: Option<mpsc::UnboundedReceiver<Feedback>>,
-    blocked: bool,
+    /// Why the loop stops after this step without the model answering.
+    stopped: Option<String>,
     needs_compaction: bool,
     saw_finish: bool,
     /// The step-finish part of the model's finished step, written with the
@@ -107,7 +115,7 @@ impl<'a> Turn<'a> {
             feedback: Some(feedback),
             step,
             cancel,
-            blocked: false,
+            stopped: None,
             needs_compaction: false,
             saw_finish: false,
             finishing: None,
@@ -251,12 +259,23 @@ impl<'a> Turn<'a> {
 
         self.sink.close().await?;
         self.calls.interrupt(Open::All, cleanup_reason).await?;
+        if let Some(message) = self.stopped.take()
+            && self.step.info.error.is_none()
+        {
+            let error = MessageError::Stopped { message };
+            self.core.ledger.bus().publish(Event::SessionError {
+                session_id: session_id.clone(),
+                message_id: Some(self.step.info.id.clone()),
+                error: error.clone(),
+            });
+            self.step.info.error = Some(error);
+        }
         self.step.info.time.completed = Some(now_ms());
         self.end_step(&marks.take()).await?;
 
         Ok(if self.needs_compaction {
             Outcome::Compact
-        } else if self.blocked || self.step.info.error.is_some() {
+        } else if self.step.info.error.is_some() {
             Outcome::Stop
         } else {
             Outcome::Continue
@@ -521,8 +540,9 @@ impl<'a> Turn<'a> {
         let rules = Rules::new(self.step.agent.policy.clone(), self.step.session.id.clone());
         let history = self.step.history;
         let parent = &self.step.info.parent_id;
-        if doom::is_doom_loop(history, parent, self.calls.parts(), &name, &input) {
-            let (allowed, audit) = doom::allowed(
+        let repeats = doom::repeats(history, parent, self.calls.parts(), &name, &input);
+        if repeats >= doom::THRESHOLD {
+            let (verdict, audit) = doom::allowed(
                 &self.core.ledger,
                 &self.core.permissions,
                 &rules,
@@ -532,13 +552,22 @@ impl<'a> Turn<'a> {
                 &input,
             )
             .await;
-            if !allowed {
+            if verdict != Verdict::Allowed {
                 let failure = CallFailure::DoomLoop {
-                    tool: name,
+                    tool: name.clone(),
                     times: doom::THRESHOLD,
                 };
                 self.calls.fail(idx, None, &failure, &audit).await?;
-                self.blocked = !self.core.config.experimental.continue_loop_on_deny;
+                if let Verdict::Rejected { why } = verdict {
+                    self.stop_for(&call_id, &name, &failure, Some(why));
+                } else if repeats >= doom::GIVE_UP {
+                    // Told to stop and still at it: asking again would go on
+                    // for ever (whatever continue_loop_on_deny says).
+                    self.stopped.get_or_insert(format!(
+                        "the model called `{name}` {repeats} times in a row with the same arguments, though told after {} that the doom_loop permission does not allow it; the loop stopped",
+                        doom::THRESHOLD
+                    ));
+                }
                 return Ok(());
             }
             self.core.ledger.audit_all(&audit).await?;
@@ -568,13 +597,13 @@ impl<'a> Turn<'a> {
                 call_id,
                 outcome,
                 audit,
+                refusal,
             } => {
                 let outcome = *outcome;
                 self.runs.ended();
-                if let CallOutcome::Failed { failure, .. } = &outcome
-                    && failure.is_denial()
-                {
-                    self.blocked = !self.core.config.experimental.continue_loop_on_deny;
+                if let CallOutcome::Failed { failure, .. } = &outcome {
+                    let name = self.calls.name(&call_id).unwrap_or_default();
+                    self.stop_for(&call_id, &name, failure, refusal);
                 }
                 self.calls.finish(&call_id, outcome, &audit).await
             }
@@ -587,6 +616,34 @@ impl<'a> Turn<'a> {
                 }
             }
         }
+    }
+}
+
+impl Turn<'_> {
+    /// A call failed: when it was because a person rejected one of its
+    /// questions (or nobody approved it), the loop stops after this step,
+    /// unless `experimental.continue_loop_on_deny`. The first reason is kept.
+    fn stop_for(
+        &mut self,
+        call_id: &CallId,
+        name: &str,
+        failure: &CallFailure,
+        refusal: Option<crate::permission::Refusal>,
+    ) {
+        let Some(why) = refusal.filter(|r| r.stops_loop()) else {
+            return;
+        };
+        if self.core.config.experimental.continue_loop_on_deny {
+            return;
+        }
+        let failure = failure.to_string();
+        let said = match why {
+            crate::permission::Refusal::Rejected => "a person rejected it",
+            _ => "nobody approved it",
+        };
+        self.stopped.get_or_insert(format!(
+            "stopped after the call `{name}` ({call_id}) failed because {said}: {failure}. Send another prompt to go on, or set experimental.continue_loop_on_deny to let the model go on by itself"
+        ));
     }
 }
 

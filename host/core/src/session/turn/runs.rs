@@ -11,6 +11,7 @@ use warden_protocol::CallId;
 
 use crate::boundary::{self, CallEnv, CallOutcome, CallRequest};
 use crate::ledger::AuditEntry;
+use crate::permission::Refusal;
 
 /// Results and progress from tool calls running in their own tasks.
 pub(super) enum Feedback {
@@ -19,6 +20,8 @@ pub(super) enum Feedback {
         /// Boxed: an outcome is large, progress reports are frequent.
         outcome: Box<CallOutcome>,
         audit: Vec<AuditEntry>,
+        /// Why a question of the call ended without a yes, if one did.
+        refusal: Option<Refusal>,
     },
     /// A guest reported progress; the latest report is in the slot (reports
     /// that come faster than they are written replace each other).
@@ -77,11 +80,12 @@ impl Runs {
         let done_tx = self.feedback.clone();
         self.in_flight += 1;
         self.tasks.spawn(async move {
-            let (outcome, audit) = boundary::run_audited(&env, request).await;
+            let report = boundary::run_audited(&env, request).await;
             let _ = done_tx.send(Feedback::Done {
                 call_id,
-                outcome: Box::new(outcome),
-                audit,
+                outcome: Box::new(report.outcome),
+                audit: report.audit,
+                refusal: report.refusal,
             });
         });
     }

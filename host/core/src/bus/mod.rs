@@ -17,8 +17,12 @@
 //! can resume from a number on any host. With no relay connected (SQLite, one
 //! machine) nothing of this costs more than a check of an empty cell.
 
+mod recent;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+
+pub use recent::Replay;
 
 use tokio::sync::{broadcast, mpsc};
 use warden_protocol::{Event, PermissionReply, SessionId};
@@ -30,10 +34,9 @@ pub const CAPACITY: usize = 8192;
 #[derive(Clone)]
 pub struct Bus {
     tx: broadcast::Sender<Arc<Event>>,
-    /// A channel of its own for each session someone watches alone, so a
-    /// watcher that lags is told how many of *its* session's events it
-    /// missed, not how many of everyone's.
-    sessions: Arc<Mutex<HashMap<SessionId, broadcast::Sender<Arc<Event>>>>>,
+    /// The session channels and the late subscribers' logs, under the one
+    /// lock publishing takes.
+    shared: Arc<Mutex<Shared>>,
     /// What goes to the other hosts, once a relay is connected.
     relay: Arc<OnceLock<mpsc::UnboundedSender<Outgoing>>>,
     /// What came from the other hosts, for the services that act on it
@@ -47,6 +50,16 @@ pub struct Bus {
     /// ledger): sent with each event to the relay, so other hosts can drop
     /// a stale runner's late events (see `ledger/postgres/relay`).
     epochs: Arc<OnceLock<EpochOf>>,
+}
+
+#[derive(Default)]
+struct Shared {
+    /// A channel of its own for each session someone watches alone, so a
+    /// watcher that lags is told how many of *its* session's events it
+    /// missed, not how many of everyone's.
+    sessions: HashMap<SessionId, broadcast::Sender<Arc<Event>>>,
+    /// What each prompted session published, for late subscribers.
+    recent: recent::Recent,
 }
 
 /// Says at which lease epoch this process holds a session, if it does.
@@ -101,7 +114,7 @@ impl Bus {
         let (tx, _) = broadcast::channel(CAPACITY);
         Bus {
             tx,
-            sessions: Default::default(),
+            shared: Default::default(),
             relay: Default::default(),
             elsewhere: broadcast::channel(CAPACITY).0,
             ordered: broadcast::channel(CAPACITY).0,
@@ -143,12 +156,36 @@ impl Bus {
     /// every host's events in the relay's order ([`Bus::subscribe_numbered`]).
     /// The relay calls it for this host's own events too, as they come back.
     pub fn publish_numbered(&self, seq: i64, event: Arc<Event>) {
+        let mut shared = self.lock();
+        shared.recent.push(Some(seq), &event);
         let _ = self.ordered.send(Arc::new(Numbered { seq, event }));
     }
 
     /// Receive every host's events in the relay's order from now on.
     pub fn subscribe_numbered(&self) -> broadcast::Receiver<Arc<Numbered>> {
         self.ordered.subscribe()
+    }
+
+    /// [`Bus::subscribe_numbered`], with what prompted sessions (or
+    /// `only` that one) published before: each event is in the replay or
+    /// comes on the channel, never both and never neither.
+    pub fn subscribe_numbered_late(
+        &self,
+        only: Option<&SessionId>,
+    ) -> (broadcast::Receiver<Arc<Numbered>>, Vec<Replay>) {
+        let shared = self.lock();
+        (self.ordered.subscribe(), shared.recent.snapshot(only))
+    }
+
+    /// A prompt of `session` was accepted, or its run began: what it
+    /// publishes from now on is kept for subscribers that come late (see
+    /// [`recent`]).
+    pub fn record(&self, session: &SessionId) {
+        self.lock().recent.begin(session);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Connect the relay: from now on what this process publishes is also
@@ -199,16 +236,20 @@ impl Bus {
     }
 
     fn deliver(&self, event: Arc<Event>) {
-        {
-            let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-            if !sessions.is_empty() {
-                let id = event.session_id();
-                if let Some(tx) = sessions.get(id) {
-                    if tx.receiver_count() == 0 {
-                        sessions.remove(id);
-                    } else {
-                        let _ = tx.send(event.clone());
-                    }
+        let mut shared = self.lock();
+        // Streams on a shared ledger read the numbered events: those are
+        // the ones kept for them.
+        if !self.is_relayed() {
+            shared.recent.push(None, &event);
+        }
+        let sessions = &mut shared.sessions;
+        if !sessions.is_empty() {
+            let id = event.session_id();
+            if let Some(tx) = sessions.get(id) {
+                if tx.receiver_count() == 0 {
+                    sessions.remove(id);
+                } else {
+                    let _ = tx.send(event.clone());
                 }
             }
         }
@@ -219,25 +260,40 @@ impl Bus {
     /// Receive every event of one session published from now on. Its lag
     /// count is of that session's events only.
     pub fn subscribe_session(&self, session: &SessionId) -> broadcast::Receiver<Arc<Event>> {
-        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        sessions
+        Self::session_channel(&mut self.lock(), session)
+    }
+
+    fn session_channel(
+        shared: &mut Shared,
+        session: &SessionId,
+    ) -> broadcast::Receiver<Arc<Event>> {
+        shared
+            .sessions
             .entry(session.clone())
             .or_insert_with(|| broadcast::channel(CAPACITY).0)
             .subscribe()
     }
 
-    /// How many published events some subscriber has not received yet.
-    pub fn unread(&self) -> usize {
-        let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        sessions
-            .values()
-            .map(|tx| tx.len())
-            .fold(self.tx.len(), usize::max)
-    }
-
     /// Receive every event published from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
         self.tx.subscribe()
+    }
+
+    /// [`Bus::subscribe`] (or [`Bus::subscribe_session`] for `only`), with
+    /// what prompted sessions published before, for a client that
+    /// subscribes just after it prompted: each event is in the replay or
+    /// comes on the channel, never both and never neither.
+    pub fn subscribe_late(
+        &self,
+        only: Option<&SessionId>,
+    ) -> (broadcast::Receiver<Arc<Event>>, Vec<Replay>) {
+        let mut shared = self.lock();
+        let rx = match only {
+            Some(s) => Self::session_channel(&mut shared, s),
+            None => self.tx.subscribe(),
+        };
+        let replay = shared.recent.snapshot(only);
+        (rx, replay)
     }
 }
 
