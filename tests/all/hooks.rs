@@ -222,9 +222,9 @@ async fn a_rewrite_is_checked_again_so_it_cannot_reach_a_denied_path() {
         &[("FIXTURE_HOOK_A", Some(&a)), ("FIXTURE_HOOK_B", Some(&b))],
     );
     assert!(run.status.success(), "{}", run.stderr);
-    // A denial stops the loop (the default): the model is not asked again,
-    // and the ledger holds what it would have been shown.
-    assert_eq!(env.requests().len(), 1);
+    // A hook's block is an error part the model reads; the loop goes on
+    // (only a person's rejection stops it), and the ledger holds it.
+    assert_eq!(env.requests().len(), 2);
     match state(&env, &run, "w1").await {
         ToolState::Error { input, error, .. } => {
             // The error part keeps the rewritten arguments, as a completed

@@ -80,7 +80,8 @@ async fn a_model_calling_a_tool_on_the_last_step_gets_an_error_not_a_run() {
         {"text": "never asked: no steps are left"}
     ]));
     let run = env.run_json("read a.txt");
-    assert!(run.status.success(), "{}", run.stderr);
+    // No answer: the run says why, and fails.
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
     let reqs = env.requests();
     assert_eq!(reqs.len(), 1, "the only step was used");
     assert!(offered(&reqs[0]).is_empty());
@@ -94,18 +95,15 @@ async fn a_model_calling_a_tool_on_the_last_step_gets_an_error_not_a_run() {
         }
         other => panic!("{other:?}"),
     }
-    let warning = run
+    let error = run
         .events
         .iter()
-        .find(|e| e["type"] == "session.warning")
+        .find(|e| e["type"] == "session.error")
         .unwrap();
-    assert!(
-        warning["message"]
-            .as_str()
-            .unwrap()
-            .contains("used all its 1 steps"),
-        "{warning}"
-    );
+    let why = error["error"]["data"]["message"].as_str().unwrap();
+    assert!(why.contains("used all its 1 steps"), "{error}");
+    assert_eq!(error["error"]["name"], "MessageStoppedError");
+    assert_eq!(run.finished()["error"], why);
 }
 
 #[tokio::test]
@@ -115,8 +113,17 @@ async fn three_identical_calls_ask_doom_loop_which_nobody_can_answer_so_the_loop
     let call = |id: &str| json!({"tool_calls": [{"id": id, "name": "read", "arguments": {"filePath": "a.txt"}}]});
     env.cassette(json!([call("c1"), call("c2"), call("c3"), {"text": "never asked for"}]));
     let run = env.run_json("read a.txt until you are sure");
-    assert!(run.status.success(), "{}", run.stderr);
-    assert_eq!(env.requests().len(), 3, "the loop stopped at the denial");
+    // Nobody approved doom_loop (an ask): the loop stops, saying so.
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert!(
+        run.finished()["error"]
+            .as_str()
+            .unwrap()
+            .contains("failed because nobody approved it"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(env.requests().len(), 3, "the loop stopped at the refusal");
 
     // The question, and its answer, went over the bus in order.
     let asked: Vec<&serde_json::Value> = run

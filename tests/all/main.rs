@@ -17,6 +17,7 @@ mod hooks;
 mod hosts;
 mod lease_fence;
 mod ledger_damage;
+mod loop_fidelity;
 mod loop_rules;
 mod mcp;
 mod opencode;

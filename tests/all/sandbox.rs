@@ -351,7 +351,11 @@ async fn a_denied_call_never_reaches_the_guest() {
         !mark.exists(),
         "the denied call left no mark: it never reached the guest"
     );
-    assert_eq!(env.requests().len(), 2, "a denial stops the loop");
+    assert_eq!(
+        env.requests().len(),
+        3,
+        "a rule's denial is an error the model reads: the loop goes on"
+    );
     let ledger = env.ledger();
     let session = run.session();
     let calls = tool_parts(&ledger.messages(&session).await.unwrap());
@@ -418,8 +422,8 @@ async fn a_guest_can_ask_mid_call_and_the_answer_decides() {
     }
     assert_eq!(
         env.requests().len(),
-        2,
-        "a denied ask stops the loop like any denial"
+        3,
+        "a guest's question a rule denies is an error like any other: the loop goes on"
     );
 
     // With an `ask` rule the question goes to whoever is attached: here, nobody.
@@ -435,7 +439,17 @@ async fn a_guest_can_ask_mid_call_and_the_answer_decides() {
         {"text": "never"}
     ]));
     let run = env.run_json("ask");
-    assert!(run.status.success(), "{}", run.stderr);
+    // Nobody approved the guest's question, so its call failed: the loop
+    // stops there, saying why.
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert!(
+        run.finished()["error"]
+            .as_str()
+            .unwrap()
+            .contains("failed because nobody approved it"),
+        "{}",
+        run.stdout
+    );
     assert!(!unasked.exists());
     let asked: Vec<&Value> = run
         .events

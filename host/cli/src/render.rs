@@ -173,7 +173,16 @@ impl Renderer {
                 self.spinner.wait();
             }
             Event::SessionWarning { message, .. } => self.line(&format!("warning: {message}")),
-            Event::SessionError { error, .. } => self.line(&format!("error: {}", error.message())),
+            // Why a run ends without an answer goes to standard error,
+            // with the other diagnostics, not among the answer's lines.
+            Event::SessionError { error, .. } => {
+                self.spinner.clear();
+                if self.mid_line {
+                    emit("\n");
+                    self.mid_line = false;
+                }
+                eprintln!("error: {}", clean(error.message()));
+            }
             Event::PermissionAsked { request } => {
                 self.spinner.stop();
                 self.line(&format!(

@@ -163,6 +163,9 @@ pub fn finish(
                     "messageID": message.info.id(),
                     "text": message.text(),
                     "error": error.as_ref().map(|e| e.message().to_string()),
+                    // OpenCode's name of the error (MessageStoppedError: the
+                    // loop stopped before the model answered, and `error` says why).
+                    "errorName": error.as_ref().and_then(|e| serde_json::to_value(e).ok()).and_then(|v| v.get("name").cloned()),
                 },
             })
         );

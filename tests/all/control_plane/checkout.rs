@@ -223,7 +223,16 @@ fn an_untrusted_checkout_may_lower_steps_and_turn_the_builtins_off_but_not_raise
     };
     env.cassette(calls(4));
     let run = env.run_json("read a lot");
-    assert!(run.status.success(), "{}", run.stderr);
+    // The steps ran out with the model still calling tools: a stop, said.
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert!(
+        run.finished()["error"]
+            .as_str()
+            .unwrap()
+            .contains("used all its 2 steps"),
+        "{}",
+        run.stdout
+    );
     assert!(run.stderr.contains("agent.build.steps"), "{}", run.stderr);
     assert_eq!(env.requests().len(), 2, "the operator's 2 steps hold");
 
@@ -231,7 +240,7 @@ fn an_untrusted_checkout_may_lower_steps_and_turn_the_builtins_off_but_not_raise
     std::fs::remove_file(env.root.path().join("requests.jsonl")).unwrap();
     env.cassette(calls(4));
     let run = env.run_json("read a lot");
-    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
     let requests = env.requests();
     assert_eq!(requests.len(), 1, "the checkout's 1 step is taken");
     assert!(offered(&requests[0]).is_empty(), "builtins off is taken");

@@ -34,8 +34,10 @@ async fn an_mcp_tool_is_asked_about_first_and_refused_with_nobody_to_ask() {
         {"text": "done"}
     ]));
     let run = env.run_json("echo hi");
-    assert!(run.status.success(), "{}", run.stderr);
+    // Nobody could approve it: the loop stops there, saying so.
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
     let requests = env.requests();
+    assert_eq!(requests.len(), 1);
     assert!(offered(&requests[0]).contains(&"everything_echo".to_string()));
     let ledger = env.ledger();
     let session = run.session();

@@ -409,14 +409,16 @@ async fn a_denied_call_never_reaches_the_host() {
     let s = setup(
         json!({"turns": [
             {"tool_calls": [call("c1", "echo", json!({"path": "secret.env"}))]},
-            {"text": "unreachable"}
+            {"text": "told it was denied"}
         ]}),
         r#"{"permission": {"echo": {"*.env": "deny"}}}"#,
     )
     .await;
-    s.core.prompt(prompt(&s, "go")).await.unwrap();
+    let answer = s.core.prompt(prompt(&s, "go")).await.unwrap();
     assert!(s.tools.ran.lock().unwrap().is_empty());
-    assert_eq!(s.provider.requests().len(), 1, "a denial stops the loop");
+    // A rule's denial is an error the model reads: the loop goes on.
+    assert_eq!(s.provider.requests().len(), 2);
+    assert_eq!(answer.text(), "told it was denied");
     match &tool_states(&s).await[0] {
         ToolState::Error { error, .. } => assert!(
             error.contains("denied by the rule `echo *.env deny`"),
