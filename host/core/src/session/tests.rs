@@ -322,6 +322,50 @@ async fn three_identical_calls_ask_doom_loop_and_nobody_attached_denies() {
 }
 
 #[tokio::test]
+async fn a_doom_loop_a_rule_denies_goes_on_until_the_model_is_plainly_stuck() {
+    // A rule's deny of doom_loop is an error the model reads (it may try
+    // something else), but a model that repeats the call anyway is stuck:
+    // the loop stops after six in a row, saying so, not never.
+    let same = call("x", "echo", json!({"path": "a"}));
+    let mut turns = Vec::new();
+    for i in 0..8 {
+        let mut c = same.clone();
+        c["id"] = json!(format!("c{i}"));
+        turns.push(json!({"tool_calls": [c]}));
+    }
+    turns.push(json!({"text": "never reached"}));
+    let s = setup(
+        json!({ "turns": turns }),
+        r#"{"permission": {"doom_loop": "deny"}}"#,
+    )
+    .await;
+    let answer = s.core.prompt(prompt(&s, "go")).await.unwrap();
+    assert_eq!(s.provider.requests().len(), 6, "stopped at the sixth");
+    assert_eq!(
+        s.tools.ran.lock().unwrap().len(),
+        2,
+        "only the first two ran"
+    );
+    let states = tool_states(&s).await;
+    assert_eq!(states.len(), 6);
+    for st in &states[2..] {
+        assert!(
+            matches!(st, ToolState::Error { error, .. } if error.contains("doom_loop")),
+            "{st:?}"
+        );
+    }
+    match &answer.info {
+        MessageInfo::Assistant(a) => assert!(
+            matches!(&a.error, Some(warden_protocol::MessageError::Stopped { message })
+                if message.contains("called `echo` 6 times in a row")),
+            "{:?}",
+            a.error
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
 async fn the_last_step_offers_no_tools_and_says_so() {
     let s = setup(
         json!({"turns": [
