@@ -13,7 +13,8 @@
 //!
 //! A stream whose client stopped reading never acknowledges. It holds an
 //! answer at most [`STALL`] once: then it is marked stalled and no answer
-//! waits for it again until it acknowledges something (its client read on).
+//! waits for it again until its connection takes a message (its client
+//! reads on).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,7 +35,8 @@ pub(crate) struct Flushes {
 }
 
 impl Flushes {
-    /// The stream acknowledged a flush: its client reads again.
+    /// The stream's connection took a message: its client reads, so
+    /// answers wait for it again.
     pub fn acknowledged(&self) {
         self.stalled.store(false, Ordering::Relaxed);
     }

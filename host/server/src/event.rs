@@ -412,6 +412,9 @@ async fn stream(
         }
     }
     let events = futures::stream::unfold(watch, |mut w| async move {
+        // Asked for the next message: the connection took the last one, so
+        // its client reads (again, if it had stalled).
+        w.flushes.acknowledged();
         loop {
             if let Some(m) = w.queued.pop_front() {
                 return Some((Ok(m), w));
@@ -422,7 +425,6 @@ async fn stream(
                 for done in w.acks.drain(..) {
                     let _ = done.send(());
                 }
-                w.flushes.acknowledged();
             }
             if let Some((seq, event)) = w.late.pop_front() {
                 // A replayed part is its latest version: its delta is not
