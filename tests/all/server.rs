@@ -1139,3 +1139,47 @@ async fn with_no_auth_only_localhost_names_and_no_cassettes_unless_allowed() {
         "{body}"
     );
 }
+
+/// A client that opens an event stream and never reads it cannot hold
+/// answers back: once its connection's buffers are full (a 24 MB answer
+/// fills them), the answer waits for it a bounded while, then goes, and
+/// the next prompt's answer does not wait for it at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_stream_that_never_reads_does_not_hold_answers_back() {
+    use std::io::Write as _;
+    let env = Env::new();
+    let big = "x".repeat(24 << 20);
+    env.cassette(json!([{"text": big}, {"text": "small"}]));
+    let s = Server::start(&env, &[], &[]);
+    let addr = s.base.trim_start_matches("http://").to_string();
+    // Raw: the request is sent, the response never read.
+    let mut stalled = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        stalled,
+        "GET /event HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TEST_TOKEN}\r\n\r\n"
+    )
+    .unwrap();
+    let c = client();
+    let id = new_session(&c, &s, &env).await;
+    let model = json!({"providerID": "scripted",
+                       "modelID": env.root.path().join("cassette.json").display().to_string()});
+    for expected in [24 << 20, 5] {
+        let (status, answer) = send(
+            &c,
+            "POST",
+            &s.url(&format!("/session/{id}/message")),
+            Some(json!({"parts": [{"type": "text", "text": "go"}], "model": model})),
+        )
+        .await;
+        assert_eq!(status, 200);
+        let text = answer["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["type"] == "text")
+            .and_then(|p| p["text"].as_str())
+            .unwrap();
+        assert_eq!(text.len(), expected);
+    }
+    drop(stalled);
+}
