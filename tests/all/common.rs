@@ -259,6 +259,13 @@ impl Run {
         last
     }
 
+    /// Why the run ended without an answer: `run.finished`'s `error`.
+    pub fn error(&self) -> &str {
+        self.finished()["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("the run has no error: {}", self.stdout))
+    }
+
     /// (call_id, status) of each tool part update, dropping repeats.
     pub fn tool_states(&self) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = Vec::new();

@@ -79,7 +79,7 @@ async fn an_ask_nobody_approved_stops_the_loop_saying_why_with_a_nonzero_exit() 
     let run = env.run_json("read .env, then a.txt");
     assert_eq!(run.status.code(), Some(1), "{}\n{}", run.stdout, run.stderr);
     let finished = run.finished();
-    let why = finished["error"].as_str().unwrap();
+    let why = run.error();
     assert!(
         why.starts_with("stopped after the call `read` (c1) failed because nobody approved it"),
         "{why}"

@@ -116,10 +116,7 @@ async fn three_identical_calls_ask_doom_loop_which_nobody_can_answer_so_the_loop
     // Nobody approved doom_loop (an ask): the loop stops, saying so.
     assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
     assert!(
-        run.finished()["error"]
-            .as_str()
-            .unwrap()
-            .contains("failed because nobody approved it"),
+        run.error().contains("failed because nobody approved it"),
         "{}",
         run.stdout
     );

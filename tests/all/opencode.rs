@@ -122,20 +122,9 @@ fn read_then_answer(env: &Env) -> PathBuf {
     ]))
 }
 
-fn lines(out: &Output) -> Vec<Value> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect()
-}
-
-#[tokio::test]
-async fn opencode_run_attach_completes_a_session_with_a_tool_call() {
-    let env = Env::new();
-    let cassette = read_then_answer(&env);
-    let model = format!("scripted:{}", cassette.display());
-    let server = Server::launch(&env, &["--model", &model], &[]);
+/// `opencode run --attach SERVER --format json "read hello.txt"` in the
+/// project, which must succeed; its JSON events.
+fn run_attach(env: &Env, server: &Server) -> Vec<Value> {
     let home = env.root.path().join("home");
     let out = opencode(
         &home,
@@ -157,6 +146,24 @@ async fn opencode_run_attach_completes_a_session_with_a_tool_call() {
         "opencode run failed: {}\n{events:?}",
         String::from_utf8_lossy(&out.stderr)
     );
+    events
+}
+
+fn lines(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[tokio::test]
+async fn opencode_run_attach_completes_a_session_with_a_tool_call() {
+    let env = Env::new();
+    let cassette = read_then_answer(&env);
+    let model = format!("scripted:{}", cassette.display());
+    let server = Server::launch(&env, &["--model", &model], &[]);
+    let events = run_attach(&env, &server);
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     // The tool runs while the model's step ends, so the first step's
     // finish and the call's completion may come in either order.
@@ -210,45 +217,15 @@ async fn opencode_run_attach_completes_a_session_with_a_tool_call() {
 #[tokio::test]
 async fn opencode_run_attach_shows_an_instant_session_ten_times_in_a_row() {
     let env = Env::new();
-    env.file("hello.txt", "hi from the project\n");
-    let cassette = env.cassette(json!([
-        {"tool_calls": [{"id": "call_1", "name": "read", "arguments": {"filePath": "hello.txt"}}]},
-        {"text": "The file says hi."}
-    ]));
+    let cassette = read_then_answer(&env);
     let model = format!("scripted:{}", cassette.display());
     let server = Server::launch(&env, &["--model", &model], &[]);
-    let home = env.root.path().join("home");
     for run in 1..=10 {
-        let out = opencode(
-            &home,
-            &env.project(),
-            &[
-                "run",
-                "--attach",
-                &server.base,
-                "--format",
-                "json",
-                "read hello.txt",
-            ],
-        )
-        .output()
-        .unwrap();
-        let events = lines(&out);
-        assert!(
-            out.status.success(),
-            "run {run}: opencode run failed: {}\n{events:?}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let events = run_attach(&env, &server);
         let tool = events
             .iter()
             .find(|e| e["type"] == "tool_use")
-            .unwrap_or_else(|| {
-                panic!(
-                    "run {run}: no tool call shown: {events:#?}\nstdout: {}\nstderr: {}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                )
-            });
+            .unwrap_or_else(|| panic!("run {run}: no tool call shown: {events:#?}"));
         assert_eq!(tool["part"]["callID"], "call_1", "run {run}");
         assert_eq!(tool["part"]["state"]["status"], "completed", "run {run}");
         assert!(

@@ -443,10 +443,7 @@ async fn a_guest_can_ask_mid_call_and_the_answer_decides() {
     // stops there, saying why.
     assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
     assert!(
-        run.finished()["error"]
-            .as_str()
-            .unwrap()
-            .contains("failed because nobody approved it"),
+        run.error().contains("failed because nobody approved it"),
         "{}",
         run.stdout
     );

@@ -226,10 +226,7 @@ fn an_untrusted_checkout_may_lower_steps_and_turn_the_builtins_off_but_not_raise
     // The steps ran out with the model still calling tools: a stop, said.
     assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
     assert!(
-        run.finished()["error"]
-            .as_str()
-            .unwrap()
-            .contains("used all its 2 steps"),
+        run.error().contains("used all its 2 steps"),
         "{}",
         run.stdout
     );

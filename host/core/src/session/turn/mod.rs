@@ -225,12 +225,7 @@ impl<'a> Turn<'a> {
                         status: e.status,
                     }
                 };
-                self.core.ledger.bus().publish(Event::SessionError {
-                    session_id: session_id.clone(),
-                    message_id: Some(self.step.info.id.clone()),
-                    error: error.clone(),
-                });
-                self.step.info.error = Some(error);
+                self.fail_step(error);
                 "the model's request failed before the call was complete"
             }
             Err(Halt::Cancelled) => {
@@ -262,13 +257,7 @@ impl<'a> Turn<'a> {
         if let Some(message) = self.stopped.take()
             && self.step.info.error.is_none()
         {
-            let error = MessageError::Stopped { message };
-            self.core.ledger.bus().publish(Event::SessionError {
-                session_id: session_id.clone(),
-                message_id: Some(self.step.info.id.clone()),
-                error: error.clone(),
-            });
-            self.step.info.error = Some(error);
+            self.fail_step(MessageError::Stopped { message });
         }
         self.step.info.time.completed = Some(now_ms());
         self.end_step(&marks.take()).await?;
@@ -620,6 +609,16 @@ impl<'a> Turn<'a> {
 }
 
 impl Turn<'_> {
+    /// The step ends in `error`: set on its message, and said on the bus.
+    fn fail_step(&mut self, error: MessageError) {
+        self.core.ledger.bus().publish(Event::SessionError {
+            session_id: self.step.session.id.clone(),
+            message_id: Some(self.step.info.id.clone()),
+            error: error.clone(),
+        });
+        self.step.info.error = Some(error);
+    }
+
     /// A call failed: when it was because a person rejected one of its
     /// questions (or nobody approved it), the loop stops after this step,
     /// unless `experimental.continue_loop_on_deny`. The first reason is kept.
