@@ -129,7 +129,20 @@ impl Env {
 
     /// `warden ARGS` with this env's data dir, from the project.
     pub fn warden(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_warden"));
+        self.warden_under(&[], args)
+    }
+
+    /// The same, started by `wrapper` (a program and its arguments, which
+    /// then runs warden), e.g. `nsenter` into another mount namespace.
+    pub fn warden_under(&self, wrapper: &[String], args: &[&str]) -> Command {
+        let mut c = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(env!("CARGO_BIN_EXE_warden"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_warden")),
+        };
         c.args(args)
             .current_dir(self.project())
             .env("WARDEN_DATA_DIR", self.data())

@@ -13,6 +13,7 @@ mod cli;
 mod conformance;
 mod control_plane;
 mod crash;
+mod full_disk;
 mod hooks;
 mod hosts;
 mod lease_fence;

@@ -18,7 +18,8 @@ pub struct ErrorBody {
 /// What went wrong, for programs (`code`) and people (`message`).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
-    /// `not_found`, `bad_request`, `busy`, `unauthorized`, `too_large`, `internal`, ...
+    /// `not_found`, `bad_request`, `busy`, `unauthorized`, `too_large`,
+    /// `ledger_unavailable`, `overloaded`, `internal`, ...
     pub code: &'static str,
     pub message: String,
 }
@@ -98,6 +99,16 @@ impl From<CoreError> for ApiError {
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "prompt_failed", message)
             }
             CoreError::Provider(_) => Self::new(StatusCode::BAD_GATEWAY, "provider", message),
+            // A full disk, a read-only ledger, a database server gone: the
+            // request may work later, once an operator has seen to it.
+            CoreError::Ledger(warden_core::LedgerError::Unavailable(_)) => {
+                tracing::error!("{message}");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "ledger_unavailable",
+                    message,
+                )
+            }
             CoreError::Ledger(_) | CoreError::Internal(_) => {
                 tracing::error!("{message}");
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)

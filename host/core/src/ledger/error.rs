@@ -12,6 +12,14 @@ pub enum LedgerError {
     #[error("ledger: {0}")]
     Storage(String),
 
+    /// The ledger takes no writes (or reads) now: its disk is full, it is
+    /// read-only, or its database server cannot be reached. A step that
+    /// meets it stops at once and writes nothing more; what was committed
+    /// before stays, and the session's next run (on any host) marks the
+    /// calls that step left open as interrupted, in the ledger.
+    #[error("the ledger is unavailable: {0}")]
+    Unavailable(String),
+
     /// The ledger file is not a database, or its pages do not check out.
     /// Raised when opening (after a quick integrity check) and whenever the
     /// storage reports damage later; nothing more is written to it.

@@ -15,7 +15,7 @@ use warden_protocol::llm::AssistantContent;
 use warden_protocol::{
     AssistantInfo, ChatMessage, Event, FinishReason, LlmRequest, MessageError, MessageId,
     MessageInfo, MessagePath, MessageTime, MessageWithParts, PartBody, SessionId, SessionInfo,
-    SessionStatus, ToolSpec,
+    SessionStatus, ToolSpec, ToolState,
 };
 
 use super::history::{self, assistant};
@@ -28,7 +28,7 @@ use crate::ledger::id;
 use crate::tool::ToolDef;
 
 /// Said of tool calls found open when a run starts: their process died.
-const STALE: &str = "the warden process running this call stopped before it finished";
+const STALE: &str = "the step running this call stopped before it finished (its process stopped, or the ledger could not be written)";
 
 /// Run the session until the exit rule holds, the turn says stop, or
 /// the run is cancelled. Returns the last assistant message.
@@ -228,27 +228,59 @@ fn resolve_tools(core: &CoreInner, agent: &Agent, session: &SessionInfo) -> Vec<
         .collect()
 }
 
-/// Assistant messages left unfinished by a process that died: their open
-/// tool calls become interrupted errors and the message is closed, so the
-/// next round shows the model an error result for each call.
+/// Assistant messages left unfinished by a process that died, or by a step
+/// that stopped when the ledger failed: their open tool calls become
+/// interrupted errors and the message is closed with an error, so the next
+/// round shows the model an error result for each call. A message closed
+/// with a call still open (which no warden writes, but a ledger is what it
+/// is) has the call ended the same way. Said on the bus (and so by `warden
+/// session resume`), naming each call.
 async fn recover_stale(core: &CoreInner, session_id: &SessionId) -> Result<()> {
     let now = now_ms();
+    let mut ended = Vec::new();
     for m in core.ledger.messages(session_id).await? {
         let MessageInfo::Assistant(mut info) = m.info else {
             continue;
         };
-        if info.time.completed.is_some() {
+        let open: Vec<_> = m
+            .parts
+            .into_iter()
+            .filter(|p| {
+                matches!(
+                    p.tool_state(),
+                    Some(ToolState::Pending { .. } | ToolState::Running { .. })
+                )
+            })
+            .collect();
+        if info.time.completed.is_some() && open.is_empty() {
             continue;
         }
-        Calls::recover(&core.ledger, m.parts, STALE).await?;
-        info.time.completed = Some(now);
+        ended.extend(open.iter().filter_map(|p| match &p.body {
+            PartBody::Tool { tool, call_id, .. } => Some(format!("{tool} ({call_id})")),
+            _ => None,
+        }));
+        Calls::recover(&core.ledger, open, STALE).await?;
+        info.time.completed.get_or_insert(now);
         info.error.get_or_insert(MessageError::Interrupted {
-            message: "the process running this step stopped before it ended; the session was resumed from the ledger"
+            message: "the step stopped before it ended (its process stopped, or the ledger could not be written); the session was resumed from the ledger"
                 .into(),
         });
         core.ledger
             .put_message(&MessageInfo::Assistant(info))
             .await?;
+    }
+    if !ended.is_empty() {
+        let message = format!(
+            "resumed from the ledger: {} tool call{} left unfinished by the last run marked interrupted: {}",
+            ended.len(),
+            if ended.len() == 1 { "" } else { "s" },
+            ended.join(", ")
+        );
+        tracing::warn!(%session_id, "{message}");
+        core.ledger.bus().publish(Event::SessionWarning {
+            session_id: session_id.clone(),
+            message,
+        });
     }
     Ok(())
 }

@@ -142,9 +142,10 @@ impl PgStore {
     }
 
     async fn client(&self) -> Result<PgClient> {
-        self.pool.get().await.map_err(|e| {
-            LedgerError::Storage(format!("cannot reach the ledger at {}: {e}", self.name))
-        })
+        self.pool
+            .get()
+            .await
+            .map_err(|e| LedgerError::Unavailable(format!("cannot reach {}: {e}", self.name)))
     }
 
     /// A connection with a transaction begun, and the fence (if any) checked
@@ -204,6 +205,30 @@ pub fn without_password(url: &str) -> String {
 
 impl From<tokio_postgres::Error> for LedgerError {
     fn from(e: tokio_postgres::Error) -> LedgerError {
+        // The connection went away (the server stopped or the network
+        // failed), or the server takes no writes (disk full, read-only, a
+        // shutdown under way): the ledger cannot be written now.
+        let code = e.code().map(|c| c.code().to_string());
+        let unwritable = e.is_closed()
+            || std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>())
+            || code.as_deref().is_some_and(|c| {
+                c.starts_with("08") // connection exception
+                    || c.starts_with("53") // insufficient resources (disk full, ...)
+                    || c.starts_with("57P") // the server is shutting down
+                    || c == "25006" // read-only transaction (a standby)
+            });
+        if unwritable {
+            let what = match e.as_db_error() {
+                Some(db) => format!("{} ({})", db.message(), db.code().code()),
+                None => match std::error::Error::source(&e) {
+                    Some(source) => format!("{e}: {source}"),
+                    None => e.to_string(),
+                },
+            };
+            return LedgerError::Unavailable(format!(
+                "the PostgreSQL server is unreachable or takes no writes ({what})"
+            ));
+        }
         LedgerError::Storage(match e.as_db_error() {
             Some(db) => format!("{} ({})", db.message(), db.code().code()),
             None => match std::error::Error::source(&e) {
@@ -644,10 +669,10 @@ mod tests {
             .port();
         let url = format!("postgres://w:pw@127.0.0.1:{port}/ledger");
         match PgStore::open(&url).await {
-            Err(LedgerError::Storage(m)) => {
+            Err(LedgerError::Unavailable(m)) => {
                 assert!(
                     m.starts_with(&format!(
-                        "cannot reach the ledger at postgres://w@127.0.0.1:{port}/ledger"
+                        "cannot reach postgres://w@127.0.0.1:{port}/ledger"
                     )),
                     "{m}"
                 );

@@ -101,15 +101,46 @@ pub(super) fn is_damage(e: &rusqlite::Error) -> bool {
     )
 }
 
-/// Put the ledger's path into a damage error raised without it.
+/// Put the ledger's path into a damage error raised without it, and say
+/// what the disk under an unavailable ledger is like (SQLite reports a
+/// full disk as a plain I/O error at some writes, and a read-only mount
+/// as a file it cannot open).
 pub(super) fn named(e: LedgerError, path: &str) -> LedgerError {
     match e {
         LedgerError::Damaged { path: p, reason } if p.is_empty() => LedgerError::Damaged {
             path: path.to_string(),
             reason,
         },
+        LedgerError::Unavailable(reason) => match disk_state(Path::new(path)) {
+            Some(state) if !reason.starts_with(state.split(" (").next().unwrap_or("")) => {
+                LedgerError::Unavailable(format!("{state}; {reason}"))
+            }
+            _ => LedgerError::Unavailable(reason),
+        },
         other => other,
     }
+}
+
+/// Less room than this on the ledger's file system counts as full.
+const NEARLY_FULL: u64 = 256 * 1024;
+
+/// Whether the file system holding `path` is read-only or (nearly) full.
+fn disk_state(path: &Path) -> Option<String> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let fs = rustix::fs::statvfs(dir).ok()?;
+    if fs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY) {
+        return Some("the file system holding the ledger file is mounted read-only".into());
+    }
+    let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+    (free < NEARLY_FULL).then(|| {
+        format!(
+            "the disk holding the ledger file is full ({} KiB free)",
+            free / 1024
+        )
+    })
 }
 
 impl From<rusqlite::Error> for LedgerError {
@@ -119,8 +150,24 @@ impl From<rusqlite::Error> for LedgerError {
                 path: String::new(),
                 reason: e.to_string(),
             }
+        } else if let Some(why) = unwritable(&e) {
+            LedgerError::Unavailable(format!("{why} ({e})"))
         } else {
             LedgerError::Storage(e.to_string())
         }
+    }
+}
+
+/// Why SQLite could not write, when it is the file's state (not a bug or
+/// a busy lock) that refused.
+fn unwritable(e: &rusqlite::Error) -> Option<&'static str> {
+    use rusqlite::ErrorCode::*;
+    match e.sqlite_error_code()? {
+        DiskFull => Some("the disk holding the ledger file is full (SQLite said so)"),
+        ReadOnly => Some("the ledger file is read-only (its file, its directory or the disk)"),
+        SystemIoFailure => Some("the disk failed a write to the ledger file"),
+        PermissionDenied => Some("the ledger file may not be written by this user"),
+        CannotOpen => Some("the ledger file (or its journal) cannot be opened"),
+        _ => None,
     }
 }

@@ -329,11 +329,20 @@ impl<'a> CallTable<'a> {
         if let PartBody::Tool { state, ignored, .. } = &mut self.parts[idx].body
             && let Some(next) = state.interrupt(reason, now)
         {
-            *state = next;
-            *ignored |= set_aside;
-            self.ledger
+            let before = std::mem::replace(state, next);
+            let was_ignored = std::mem::replace(ignored, *ignored | set_aside);
+            let written = self
+                .ledger
                 .transition(&self.parts[idx], TimelineRow::default(), &[])
-                .await?;
+                .await;
+            if written.is_err() {
+                // The table says what the ledger holds.
+                if let PartBody::Tool { state, ignored, .. } = &mut self.parts[idx].body {
+                    *state = before;
+                    *ignored = was_ignored;
+                }
+            }
+            written?;
         }
         Ok(())
     }
@@ -367,6 +376,14 @@ impl<'a> CallTable<'a> {
                 _ => None,
             },
         };
-        self.ledger.transition(part, row, audit).await
+        let written = self.ledger.transition(part, row, audit).await;
+        if written.is_err()
+            && let (Some(before), PartBody::Tool { state, .. }) = (before, &mut part.body)
+        {
+            // Not in the ledger, so not so here either: nothing later may
+            // take the call for finished.
+            *state = before;
+        }
+        written
     }
 }

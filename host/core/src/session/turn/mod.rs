@@ -174,12 +174,9 @@ impl<'a> Turn<'a> {
                         // (kept, but never shown to the model), so the retry's
                         // answer is not preceded by a fragment of itself. A
                         // step it finished stays, with what it cost.
-                        self.write_finishing().await?;
-                        self.sink.close().await?;
-                        self.sink.ignore_attempt().await?;
-                        self.calls
-                            .set_aside("the model's stream failed before the call was complete")
-                            .await?;
+                        if let Err(e) = self.set_attempt_aside().await {
+                            break Err(Halt::Core(e));
+                        }
                         marks.retry(attempt, wait, &e).await;
                         self.core.status.set(
                             &session_id,
@@ -204,16 +201,42 @@ impl<'a> Turn<'a> {
             }
         };
 
+        match self.conclude(result, &marks, &mut rx).await {
+            Ok(outcome) => Ok(outcome),
+            Err(e) => Err(self.abandon(e, &marks).await),
+        }
+    }
+
+    /// What the failed attempt streamed is closed and set aside (kept, but
+    /// never shown to the model), so the retry's answer is not preceded by
+    /// a fragment of itself. A step it finished stays, with what it cost.
+    async fn set_attempt_aside(&mut self) -> Result<()> {
+        self.write_finishing().await?;
+        self.sink.close().await?;
+        self.sink.ignore_attempt().await?;
+        self.calls
+            .set_aside("the model's stream failed before the call was complete")
+            .await
+    }
+
+    /// After the attempts: settle the calls, end the open ones, write the
+    /// step's end and say what comes next.
+    async fn conclude(
+        &mut self,
+        result: std::result::Result<(), Halt>,
+        marks: &PhaseMarks,
+        rx: &mut mpsc::UnboundedReceiver<Feedback>,
+    ) -> Result<Outcome> {
         let cleanup_reason = match result {
             Ok(()) => {
-                if self.drain(&mut rx).await? {
+                if self.drain(rx).await? {
                     ABORTED
                 } else {
                     "the model's stream ended before the call was complete"
                 }
             }
             Err(Halt::Provider(e)) => {
-                self.drain(&mut rx).await?;
+                self.drain(rx).await?;
                 let error = if e.kind == warden_protocol::llm::ErrorKind::ContextOverflow {
                     self.needs_compaction = true;
                     MessageError::ContextOverflow {
@@ -235,21 +258,7 @@ impl<'a> Turn<'a> {
                 });
                 ABORTED
             }
-            Err(Halt::Core(e)) => {
-                self.runs.stop_all().await;
-                // Best effort: leave no open parts behind, then report the real failure.
-                let _ = self.sink.close().await;
-                let _ = self
-                    .calls
-                    .interrupt(
-                        Open::All,
-                        "warden stopped this step after an internal error",
-                    )
-                    .await;
-                self.step.info.time.completed = Some(now_ms());
-                let _ = self.end_step(&marks.take()).await;
-                return Err(e);
-            }
+            Err(Halt::Core(e)) => return Err(e),
         };
 
         self.sink.close().await?;
@@ -269,6 +278,54 @@ impl<'a> Turn<'a> {
         } else {
             Outcome::Continue
         })
+    }
+
+    /// The step cannot go on: its calls are stopped and the error returned.
+    ///
+    /// When the ledger failed (a full disk, a read-only file, a database
+    /// server gone), nothing more is written: the ledger keeps the step as
+    /// it was at its last good write, open, so no later write can pretend
+    /// it ended, and the session's next run (here or on another host) marks
+    /// what it left open as interrupted. Any other failure leaves the step
+    /// ended in that error, its open calls interrupted, as best it can.
+    async fn abandon(&mut self, e: CoreError, marks: &PhaseMarks) -> CoreError {
+        self.runs.stop_all().await;
+        let session_id = self.step.session.id.clone();
+        let e = match e {
+            // Another runner owns the session now: not this one's to report.
+            CoreError::Ledger(crate::ledger::LedgerError::Fenced { .. }) => return e,
+            CoreError::Ledger(crate::ledger::LedgerError::Unavailable(reason)) => {
+                CoreError::Ledger(crate::ledger::LedgerError::Unavailable(format!(
+                    "{reason}. The step of session {session_id} stopped at the write that failed; nothing written before is lost. Once the ledger takes writes again, `warden session resume {session_id}` (or the session's next prompt) marks the calls it left open interrupted and goes on"
+                )))
+            }
+            CoreError::Ledger(_) => e,
+            other => {
+                let _ = self.sink.close().await;
+                let _ = self
+                    .calls
+                    .interrupt(
+                        Open::All,
+                        "warden stopped this step after an internal error",
+                    )
+                    .await;
+                self.step.info.error = Some(MessageError::Interrupted {
+                    message: format!("warden stopped this step after an internal error: {other}"),
+                });
+                self.step.info.time.completed = Some(now_ms());
+                let _ = self.end_step(&marks.take()).await;
+                other
+            }
+        };
+        tracing::error!(session = %session_id, "{e}");
+        self.core.ledger.bus().publish(Event::SessionError {
+            session_id,
+            message_id: Some(self.step.info.id.clone()),
+            error: MessageError::Interrupted {
+                message: e.to_string(),
+            },
+        });
+        e
     }
 
     /// Write the step's end: its header, its step-finish part (when the
