@@ -15,6 +15,7 @@ mod control_plane;
 mod crash;
 mod full_disk;
 mod hooks;
+mod hostile_clients;
 mod hosts;
 mod lease_fence;
 mod ledger_damage;

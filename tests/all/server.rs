@@ -39,6 +39,18 @@ impl Server {
     /// server always authenticates: unless the test gives a token of its
     /// own (or `--no-auth`), it gets [`TEST_TOKEN`], which [`client`] sends.
     pub(crate) fn launch(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Server {
+        Server::launch_under(env, &[], Stdio::inherit(), extra, vars)
+    }
+
+    /// [`Server::launch`], started by `wrapper` (see [`Env::warden_under`]),
+    /// its stderr (the log) going to `stderr`.
+    pub(crate) fn launch_under(
+        env: &Env,
+        wrapper: &[String],
+        stderr: Stdio,
+        extra: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Server {
         let mut args = vec!["serve", "--port", "0"];
         let own = extra.iter().any(|a| *a == "--token" || *a == "--no-auth")
             || vars
@@ -48,15 +60,11 @@ impl Server {
             args.extend_from_slice(&["--token", TEST_TOKEN]);
         }
         args.extend_from_slice(extra);
-        let mut cmd = env.warden(&args);
+        let mut cmd = env.warden_under(wrapper, &args);
         for (k, v) in vars {
             cmd.env(k, v);
         }
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+        let mut child = cmd.stdout(Stdio::piped()).stderr(stderr).spawn().unwrap();
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)

@@ -145,12 +145,18 @@ impl std::io::Write for SafeStderr {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // A server's operator reads its log: refused connections, takeovers and
+    // failed writes are warnings there. Elsewhere only errors are shown.
+    let default_log = match &cli.command {
+        Command::Serve(_) => "warn",
+        _ => "error",
+    };
     tracing_subscriber::fmt()
         .with_writer(|| SafeStderr)
         .with_ansi(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
-                .unwrap_or_else(|_| "error".into()),
+                .unwrap_or_else(|_| default_log.into()),
         )
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

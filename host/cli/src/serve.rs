@@ -137,6 +137,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
             ..ServerOptions::default()
         },
     );
+    let limits = limits(&app.core.config().server)?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
@@ -158,21 +159,45 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
     // Take over sessions whose runner died with its process (a lease that
     // outlived it), here or in another server sharing the ledger, and
     // prompts queued by a process that stopped before running them.
+    // A session that fails to run (its ledger full, its database gone) is
+    // tried again later and later, up to every 30 s, not every round.
     let core = app.core.clone();
     tokio::spawn(async move {
+        let backoff = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
+            warden_protocol::SessionId,
+            (std::time::Instant, Duration),
+        >::new()));
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             match core.orphaned().await {
                 Ok(sessions) => {
                     for s in sessions {
+                        let due = backoff
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get(&s)
+                            .is_none_or(|(at, _)| *at <= std::time::Instant::now());
+                        if !due {
+                            continue;
+                        }
                         let core = core.clone();
+                        let backoff = backoff.clone();
                         tokio::spawn(async move {
                             tracing::info!(session = %s, "taking over a session whose runner died");
-                            match core.run(&s).await {
+                            let result = core.run(&s).await;
+                            let mut backoff = backoff.lock().unwrap_or_else(|p| p.into_inner());
+                            match result {
                                 // Another host was quicker: it runs the session.
-                                Ok(_) | Err(warden_core::CoreError::SessionBusy { .. }) => {}
+                                Ok(_) | Err(warden_core::CoreError::SessionBusy { .. }) => {
+                                    backoff.remove(&s);
+                                }
                                 Err(e) => {
-                                    tracing::warn!(session = %s, error = %e, "could not take over")
+                                    let wait =
+                                        backoff.get(&s).map_or(Duration::from_secs(1), |(_, w)| {
+                                            (*w * 2).min(Duration::from_secs(30))
+                                        });
+                                    tracing::warn!(session = %s, error = %e, "could not take over; trying again in {wait:?}");
+                                    backoff.insert(s, (std::time::Instant::now() + wait, wait));
                                 }
                             }
                         });
@@ -183,23 +208,96 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
         }
     });
 
-    // TCP_NODELAY: an event stream writes small frames one after another,
-    // and Nagle's algorithm would hold each behind the client's delayed
-    // ACK (up to 40 ms on Linux), long enough for the prompt's answer to
-    // overtake its own events on the other connection.
-    use axum::serve::ListenerExt as _;
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
-        }
-    });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .context("the server stopped")?;
+    warden_server::listen::serve(listener, router, limits, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+    .context("the server stopped")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The connection bounds from the config, the process's file limit raised
+/// to its hard limit first, and the connection cap kept below it (with room
+/// for the ledger, plugins and MCP servers).
+fn limits(settings: &warden_core::config::ServerSettings) -> Result<warden_server::listen::Limits> {
+    use warden_server::listen::Limits;
+    let d = Limits::default();
+    let ms = |v: Option<u64>, name: &str, default: Duration| -> Result<Duration> {
+        match v {
+            None => Ok(default),
+            Some(0) => anyhow::bail!("server.{name} is 0; give it in milliseconds, at least 1"),
+            Some(ms) => Ok(Duration::from_millis(ms)),
+        }
+    };
+    let count = |v: Option<usize>, name: &str, default: usize| -> Result<usize> {
+        match v {
+            None => Ok(default),
+            Some(0) => anyhow::bail!("server.{name} is 0; it must be at least 1"),
+            Some(n) => Ok(n),
+        }
+    };
+    let mut limits = Limits {
+        max_connections: count(
+            settings.max_connections,
+            "max_connections",
+            d.max_connections,
+        )?,
+        max_connections_per_peer: count(
+            settings.max_connections_per_peer,
+            "max_connections_per_peer",
+            d.max_connections_per_peer,
+        )?,
+        header_timeout: ms(
+            settings.header_timeout_ms,
+            "header_timeout_ms",
+            d.header_timeout,
+        )?,
+        body_timeout: ms(settings.body_timeout_ms, "body_timeout_ms", d.body_timeout)?,
+        idle_timeout: ms(settings.idle_timeout_ms, "idle_timeout_ms", d.idle_timeout)?,
+        max_header_bytes: match settings.max_header_bytes {
+            None => d.max_header_bytes,
+            Some(n) if n < 8192 => anyhow::bail!(
+                "server.max_header_bytes is {n}; it must be at least 8192 (the HTTP parser's smallest buffer)"
+            ),
+            Some(n) => n,
+        },
+    };
+    let files = raise_file_limit();
+    // Each connection is one descriptor; the rest of the process (ledger,
+    // plugins' files, MCP servers, the refusals in flight) keeps 256.
+    let room = files.saturating_sub(256).max(64) as usize;
+    if limits.max_connections > room {
+        tracing::warn!(
+            "server.max_connections {} is more than the file limit ({files}) leaves room for; using {room}",
+            limits.max_connections
+        );
+        limits.max_connections = room;
+    }
+    Ok(limits)
+}
+
+/// Raise the soft limit on open files to the hard one; the limit in force.
+fn raise_file_limit() -> u64 {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let (Some(soft), hard) = (limit.current, limit.maximum) else {
+        return u64::MAX; // unlimited
+    };
+    let target = hard.unwrap_or(u64::MAX);
+    if target <= soft {
+        return soft;
+    }
+    let raised = rustix::process::Rlimit {
+        current: Some(target),
+        maximum: hard,
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => target,
+        Err(e) => {
+            tracing::warn!("cannot raise the open-file limit from {soft} to {target}: {e}");
+            soft
+        }
+    }
 }
 
 /// The secret every request must carry, and where it came from.

@@ -11,42 +11,81 @@
 //! waits for those acknowledgements. Nothing is polled and no time is
 //! waited out when the streams keep up.
 //!
-//! A stream whose client stopped reading never acknowledges. It holds an
-//! answer at most [`STALL`] once: then it is marked stalled and no answer
-//! waits for it again until its connection takes a message (its client
-//! reads on).
+//! **A stream that is behind is never waited for.** Each stream notes when
+//! it handed its connection a message and has not been asked for the next
+//! since: a connection that does not ask within [`BEHIND`] cannot write (its
+//! client does not read), and a flush skips that stream; it sends the
+//! session's events in order when its client reads again, or falls more
+//! than the bus keeps behind and is told it lagged. A stream that was
+//! keeping up when asked holds an answer at most [`WAIT`], once: then it is
+//! not asked again for [`SKIP_AFTER_STALL`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 use warden_protocol::SessionId;
 
-/// How long an answer waits for a stream that does not acknowledge.
-pub const STALL: Duration = Duration::from_secs(2);
+/// A connection that has not asked for its stream's next message for this
+/// long is behind: its answers do not wait for it.
+pub const BEHIND: Duration = Duration::from_millis(20);
+/// The longest an answer waits for the streams it asked.
+pub const WAIT: Duration = Duration::from_millis(200);
+/// A stream that did not acknowledge within [`WAIT`] is not asked again for this long.
+pub const SKIP_AFTER_STALL: Duration = Duration::from_secs(10);
+/// Flush requests a stream may have waiting; past that it is not asked.
+const PENDING_FLUSHES: usize = 8;
+
+/// Milliseconds since the first call in this process, never 0.
+fn now_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+}
+
+/// What a flush reads of a stream, and the stream writes.
+#[derive(Default)]
+struct Progress {
+    /// When the stream handed its connection a message not yet followed by
+    /// a request for the next; 0 while the connection is asking.
+    handed_at: AtomicU64,
+    /// Until when flushes skip the stream (it held one to [`WAIT`]).
+    skip_until: AtomicU64,
+}
+
+impl Progress {
+    fn behind(&self, now: u64) -> bool {
+        let handed = self.handed_at.load(Ordering::Acquire);
+        (handed != 0 && now.saturating_sub(handed) >= BEHIND.as_millis() as u64)
+            || now < self.skip_until.load(Ordering::Relaxed)
+    }
+}
 
 /// A stream's side: the flush requests it acknowledges.
 pub(crate) struct Flushes {
-    pub rx: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
-    stalled: Arc<AtomicBool>,
+    pub rx: mpsc::Receiver<oneshot::Sender<()>>,
+    progress: Arc<Progress>,
     _registration: Registration,
 }
 
 impl Flushes {
-    /// The stream's connection took a message: its client reads, so
-    /// answers wait for it again.
-    pub fn acknowledged(&self) {
-        self.stalled.store(false, Ordering::Relaxed);
+    /// The connection asks for the next message: it took the last one.
+    pub fn asked(&self) {
+        self.progress.handed_at.store(0, Ordering::Release);
+    }
+
+    /// A message goes to the connection.
+    pub fn handed(&self) {
+        self.progress.handed_at.store(now_ms(), Ordering::Release);
     }
 }
 
 struct Entry {
     /// The session the stream watches, or all of them.
     filter: Option<SessionId>,
-    tx: mpsc::UnboundedSender<oneshot::Sender<()>>,
-    stalled: Arc<AtomicBool>,
+    tx: mpsc::Sender<oneshot::Sender<()>>,
+    progress: Arc<Progress>,
 }
 
 /// Every open event stream of this server.
@@ -75,8 +114,8 @@ impl Deliveries {
     /// A new stream watching `filter` (or every session).
     pub fn register(&self, filter: Option<SessionId>) -> Flushes {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::unbounded_channel();
-        let stalled = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel(PENDING_FLUSHES);
+        let progress = Arc::new(Progress::default());
         self.streams
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -85,12 +124,12 @@ impl Deliveries {
                 Entry {
                     filter,
                     tx,
-                    stalled: stalled.clone(),
+                    progress: progress.clone(),
                 },
             );
         Flushes {
             rx,
-            stalled,
+            progress,
             _registration: Registration {
                 id,
                 streams: self.streams.clone(),
@@ -98,30 +137,34 @@ impl Deliveries {
         }
     }
 
-    /// Wait until every stream watching `session` has sent what was
-    /// published before this call (streams marked stalled excepted; one
-    /// that does not answer within [`STALL`] is marked so).
+    /// Wait until every stream watching `session` that keeps up has sent
+    /// what was published before this call; streams that are behind are
+    /// not asked, and none is waited for longer than [`WAIT`].
     pub async fn flush(&self, session: &SessionId) {
-        let waits: Vec<(oneshot::Receiver<()>, Arc<AtomicBool>)> = {
+        let now = now_ms();
+        let waits: Vec<(oneshot::Receiver<()>, Arc<Progress>)> = {
             let streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
             streams
                 .values()
                 .filter(|e| e.filter.as_ref().is_none_or(|f| f == session))
-                .filter(|e| !e.stalled.load(Ordering::Relaxed))
+                .filter(|e| !e.progress.behind(now))
                 .filter_map(|e| {
                     let (done, wait) = oneshot::channel();
-                    e.tx.send(done).ok().map(|_| (wait, e.stalled.clone()))
+                    e.tx.try_send(done).ok().map(|_| (wait, e.progress.clone()))
                 })
                 .collect()
         };
         if waits.is_empty() {
             return;
         }
-        let deadline = tokio::time::Instant::now() + STALL;
-        for (wait, stalled) in waits {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        for (wait, progress) in waits {
             // A stream that ended meanwhile drops its request: done.
             if tokio::time::timeout_at(deadline, wait).await.is_err() {
-                stalled.store(true, Ordering::Relaxed);
+                progress.skip_until.store(
+                    now_ms() + SKIP_AFTER_STALL.as_millis() as u64,
+                    Ordering::Relaxed,
+                );
             }
         }
     }
@@ -147,17 +190,33 @@ mod tests {
         });
         d.flush(&sid("a")).await;
         let all = answering.await.unwrap();
-        assert!(!all.stalled.load(Ordering::Relaxed));
+        assert!(!all.progress.behind(now_ms()));
+    }
+
+    #[tokio::test]
+    async fn a_stream_whose_connection_does_not_ask_is_not_waited_for() {
+        let d = Deliveries::default();
+        let stuck = d.register(Some(sid("a")));
+        stuck.handed();
+        // Its connection does not ask for the next message for BEHIND.
+        std::thread::sleep(BEHIND + Duration::from_millis(5));
+        let started = std::time::Instant::now();
+        d.flush(&sid("a")).await;
+        assert!(started.elapsed() < WAIT, "a stream behind is not asked");
+        assert!(stuck.rx.is_empty(), "nor sent a request");
+        // Its connection asks again: it keeps up, and is asked.
+        stuck.asked();
+        assert!(!stuck.progress.behind(now_ms()));
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_stream_that_does_not_answer_holds_one_flush_then_none() {
+    async fn a_stream_that_does_not_answer_holds_one_flush_then_none_for_a_while() {
         let d = Deliveries::default();
         let stuck = d.register(Some(sid("a")));
         let started = tokio::time::Instant::now();
         d.flush(&sid("a")).await;
-        assert_eq!(started.elapsed(), STALL);
-        assert!(stuck.stalled.load(Ordering::Relaxed));
+        assert_eq!(started.elapsed(), WAIT);
+        assert!(stuck.progress.behind(now_ms()), "skipped for a while");
         let again = tokio::time::Instant::now();
         d.flush(&sid("a")).await;
         assert_eq!(
@@ -165,8 +224,6 @@ mod tests {
             Duration::ZERO,
             "a stalled stream is not waited for"
         );
-        stuck.acknowledged();
-        assert!(!stuck.stalled.load(Ordering::Relaxed));
         drop(stuck);
         d.flush(&sid("a")).await; // gone: nothing to wait for
     }

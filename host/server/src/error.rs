@@ -59,7 +59,10 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (self.status, Json(body)).into_response();
-        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
+        if matches!(
+            self.status,
+            StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT
+        ) {
             // The body was refused unread, so this connection cannot carry
             // another request: say so, or a client that pools connections
             // sends its next request down one the server is closing.
@@ -117,8 +120,28 @@ impl From<CoreError> for ApiError {
     }
 }
 
+impl ApiError {
+    /// A body that did not arrive in time (see `listen.rs`): 408.
+    fn body_timed_out(r: &(dyn std::error::Error + 'static)) -> Option<ApiError> {
+        crate::listen::is_body_timeout(r).then(|| {
+            let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(r);
+            let mut message = r.to_string();
+            while let Some(e) = cur {
+                if e.is::<crate::listen::BodyTimedOut>() {
+                    message = e.to_string();
+                }
+                cur = e.source();
+            }
+            Self::new(StatusCode::REQUEST_TIMEOUT, "timeout", message)
+        })
+    }
+}
+
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
+        if let Some(timed_out) = Self::body_timed_out(&r) {
+            return timed_out;
+        }
         match r {
             JsonRejection::MissingJsonContentType(_) => Self::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -160,6 +183,9 @@ impl From<PathRejection> for ApiError {
 
 impl From<BytesRejection> for ApiError {
     fn from(r: BytesRejection) -> Self {
+        if let Some(timed_out) = Self::body_timed_out(&r) {
+            return timed_out;
+        }
         if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
             Self::new(
                 StatusCode::PAYLOAD_TOO_LARGE,

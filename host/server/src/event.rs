@@ -412,11 +412,11 @@ async fn stream(
         }
     }
     let events = futures::stream::unfold(watch, |mut w| async move {
-        // Asked for the next message: the connection took the last one, so
-        // its client reads (again, if it had stalled).
-        w.flushes.acknowledged();
+        // Asked for the next message: the connection took the last one.
+        w.flushes.asked();
         loop {
             if let Some(m) = w.queued.pop_front() {
+                w.flushes.handed();
                 return Some((Ok(m), w));
             }
             // Polled again with nothing queued: everything yielded so far

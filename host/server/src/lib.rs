@@ -16,6 +16,7 @@ mod catalog;
 mod delivery;
 mod error;
 mod event;
+pub mod listen;
 mod permission;
 mod routes;
 mod session;

@@ -82,10 +82,40 @@ pub struct Config {
     /// has run in; see the runtime's `prepared` module.
     #[serde(default)]
     pub prepare_instances: PrepareInstances,
+    /// How `warden serve` bounds connections (an operator's setting: a
+    /// project's untrusted config cannot set it).
+    #[serde(default)]
+    pub server: ServerSettings,
     /// Rules that may only tighten (from a project config the operator has
     /// not trusted); never read from a file as such.
     #[serde(skip)]
     pub restrictions: Restrictions,
+}
+
+/// `warden serve`'s connection bounds; each unset one keeps its default
+/// (see the server's `listen` module).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Connections open at once (default 8192, and never more than the
+    /// process's file limit allows).
+    #[serde(default)]
+    pub max_connections: Option<usize>,
+    /// Connections open at once from one IP address (default 1024).
+    #[serde(default)]
+    pub max_connections_per_peer: Option<usize>,
+    /// How long a request's headers may take once begun, in ms (default 10000).
+    #[serde(default)]
+    pub header_timeout_ms: Option<u64>,
+    /// How long a request's body may take after its headers, in ms (default 30000).
+    #[serde(default)]
+    pub body_timeout_ms: Option<u64>,
+    /// How long a connection may wait with no request under way, in ms (default 60000).
+    #[serde(default)]
+    pub idle_timeout_ms: Option<u64>,
+    /// The largest request header block, in bytes (default 65536; at least 8192).
+    #[serde(default)]
+    pub max_header_bytes: Option<usize>,
 }
 
 /// Deny and ask rules from a source that may only tighten the operator's
