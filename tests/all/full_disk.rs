@@ -81,9 +81,14 @@ impl SmallDisk {
 
     /// `warden ARGS` (with `env`'s settings), run in the disk's namespace.
     pub fn warden(&self, env: &Env, args: &[&str]) -> Command {
+        env.warden_under(&self.wrapper(env), args)
+    }
+
+    /// The command that runs a program in the disk's namespace, from `env`'s project.
+    pub fn wrapper(&self, env: &Env) -> Vec<String> {
         // Entering a mount namespace moves to its root: back to the project.
         let wd = format!("--wd={}", env.project().display());
-        let wrapper: Vec<String> = [
+        [
             "nsenter",
             "-t",
             &self.helper.id().to_string(),
@@ -95,8 +100,7 @@ impl SmallDisk {
         ]
         .iter()
         .map(|s| s.to_string())
-        .collect();
-        env.warden_under(&wrapper, args)
+        .collect()
     }
 
     /// A copy of the ledger `name` on the disk (with its log), to read here.
@@ -485,4 +489,113 @@ async fn a_read_only_ledger_is_a_clear_error_and_loses_nothing() {
         .map(|m| m.text())
         .collect();
     assert_eq!(texts, ["one", "First.", "two", "Second."]);
+}
+
+/// The server's client sees a disk that fills mid-turn as a 503 that says
+/// so; once the disk has room, the server finishes the prompt by itself (it
+/// stayed in the ledger's queue), with no call left open and the answer
+/// written once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_on_a_full_disk_answers_503_and_finishes_the_prompt_once_there_is_room() {
+    use crate::server::{Server, client, send, subscribe, until};
+    let env = Env::new();
+    env.file("package.json", r#"{"scripts": {"build": "tsc"}}"#);
+    // The first step waits a little before it starts: the disk fills then.
+    env.cassette(json!([
+        {"delay_ms": 1500, "tool_calls": [{"id": "call_1", "name": "read", "arguments": {"filePath": "package.json"}}]},
+        {"text": "One script: build."}
+    ]));
+    let disk = SmallDisk::new(4096);
+    let ledger = disk.inside.join("ledger.db").display().to_string();
+    let s = Server::launch_under(
+        &env,
+        &disk.wrapper(&env),
+        Stdio::inherit(),
+        &["--allow-scripted", "--ledger", &ledger],
+        &[],
+    );
+    let c = client();
+    let id = crate::server::new_session(&c, &s, &env).await;
+    let mut events = subscribe(s.url(&format!("/event?session={id}"))).await;
+    let post = {
+        let (c, url, model) = (
+            c.clone(),
+            s.url(&format!("/session/{id}/message")),
+            crate::server::model(&env),
+        );
+        tokio::spawn(async move {
+            send(
+                &c,
+                "POST",
+                &url,
+                Some(
+                    json!({"parts": [{"type": "text", "text": "which scripts?"}], "model": model}),
+                ),
+            )
+            .await
+        })
+    };
+    until(&mut events, |e| {
+        e["type"] == "session.status" && e["status"]["type"] == "busy"
+    })
+    .await;
+    disk.fill_leaving(0);
+    let (status, body) = post.await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "ledger_unavailable", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the disk holding the ledger file is full"),
+        "{message}"
+    );
+    disk.empty_ballast();
+    // The prompt is still in the ledger's queue: the server takes it up
+    // again by itself (its retries back off from a second).
+    let seen = until(&mut events, |e| {
+        e["type"] == "message.part.updated" && e["part"]["text"] == "One script: build."
+    })
+    .await;
+    drop(seen);
+    let (status, msgs) = send(&c, "GET", &s.url(&format!("/session/{id}/message")), None).await;
+    assert_eq!(status, 200);
+    let msgs = msgs.as_array().unwrap();
+    let roles: Vec<&str> = msgs
+        .iter()
+        .map(|m| m["info"]["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles[0], "user", "{msgs:?}");
+    assert_eq!(
+        roles.iter().filter(|r| **r == "user").count(),
+        1,
+        "the prompt was taken once: {msgs:?}"
+    );
+    let parts: Vec<&serde_json::Value> = msgs
+        .iter()
+        .flat_map(|m| m["parts"].as_array().unwrap())
+        .collect();
+    assert_eq!(
+        parts
+            .iter()
+            .filter(|p| p["text"] == "One script: build.")
+            .count(),
+        1,
+        "answered once: {msgs:?}"
+    );
+    let open: Vec<_> = parts
+        .iter()
+        .filter(|p| {
+            p["type"] == "tool"
+                && matches!(p["state"]["status"].as_str(), Some("pending" | "running"))
+        })
+        .collect();
+    assert!(open.is_empty(), "no call left open: {open:?}");
+    // The step the disk stopped is marked interrupted in the ledger; the
+    // run that took the prompt up again went on after it.
+    let interrupted: Vec<&str> = msgs
+        .iter()
+        .filter_map(|m| m["info"]["error"]["name"].as_str())
+        .collect();
+    assert_eq!(interrupted, ["MessageInterruptedError"], "{msgs:?}");
+    let last = msgs.last().unwrap();
+    assert_eq!(last["info"]["finish"], "stop", "{last}");
 }

@@ -180,3 +180,115 @@ async fn a_location_that_is_no_ledger_is_refused_saying_what_is_accepted() {
     assert!(err.contains("127.0.0.1:1"), "{err}");
     assert!(!err.contains("hunter2"), "the password was shown: {err}");
 }
+
+/// The PostgreSQL server stops while a tool call runs: the write that
+/// completes the call fails, the run stops at once saying the ledger is
+/// unavailable (exit code 1), nothing written before is lost, and once the
+/// server is back `session resume` marks the call interrupted in the ledger
+/// and the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_server_stopped_mid_step_leaves_no_call_open_after_resume() {
+    use std::io::{BufRead as _, BufReader};
+    use warden_protocol::ToolState;
+    let cluster = warden_pg_harness::private_cluster();
+    let db = cluster.database().unwrap();
+    let env = Env::new();
+    env.config(json!({"plugins": [Env::fixtures_plugin(json!({"timeout_ms": 60000}))]}));
+    let cassette = env.cassette(json!([
+        {"tool_calls": [{"id": "call_1", "name": "sleep", "arguments": {"ms": 1500}}]},
+        {"text": "done"}
+    ]));
+    let mut child = env
+        .warden(&[
+            "run",
+            "--format",
+            "json",
+            "--model",
+            &format!("scripted:{}", cassette.display()),
+            "sleep a while",
+        ])
+        .env("WARDEN_LEDGER", &db)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut session = None;
+    for line in lines.by_ref() {
+        let event = flat(serde_json::from_str(&line.unwrap()).unwrap());
+        if session.is_none() && event["type"] == "session.status" {
+            session = Some(event["sessionID"].as_str().unwrap().to_string());
+        }
+        if event["type"] == "message.part.updated" && event["part"]["state"]["status"] == "running"
+        {
+            break;
+        }
+    }
+    let session = session.expect("the run reported its session");
+    cluster.stop().unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}\n{rest:?}");
+    assert!(
+        stderr.contains("the ledger is unavailable") && stderr.contains("PostgreSQL"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let finished = rest.last().map(|l| flat(serde_json::from_str(l).unwrap()));
+    assert!(
+        finished
+            .as_ref()
+            .is_some_and(|f| f["type"] == "run.finished"
+                && f["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("the ledger is unavailable"))),
+        "{rest:?}"
+    );
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("\"type\":\"session.error\"")),
+        "the event stream said the step stopped: {rest:?}"
+    );
+
+    cluster.restart().unwrap();
+    let ledger = ledger_at(&db).await;
+    let sid = warden_protocol::SessionId(session.clone());
+    let before = tool_parts(&ledger.messages(&sid).await.unwrap());
+    assert!(
+        matches!(before.as_slice(), [(_, ToolState::Running { .. })]),
+        "the call is left as the ledger last had it: {before:?}"
+    );
+    let resumed = Run::from(
+        env.warden(&["session", "resume", &session, "--format", "json"])
+            .env("WARDEN_LEDGER", &db)
+            .output()
+            .unwrap(),
+    );
+    assert!(resumed.status.success(), "{}", resumed.stderr);
+    assert_eq!(resumed.finished()["text"], "done");
+    assert!(resumed.events.iter().any(|e| {
+        e["type"] == "session.warning"
+            && e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("marked interrupted: sleep (call_1)"))
+    }));
+    let after = tool_parts(&ledger.messages(&sid).await.unwrap());
+    assert!(
+        matches!(
+            after.as_slice(),
+            [(
+                _,
+                ToolState::Error {
+                    interrupted: true,
+                    ..
+                }
+            )]
+        ),
+        "{after:?}"
+    );
+    assert_eq!(
+        timeline(&ledger, &sid, "call_1").await,
+        ["pending", "running", "error"]
+    );
+}

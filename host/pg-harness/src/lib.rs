@@ -42,6 +42,9 @@ pub struct Cluster {
     port: u16,
     /// How long initdb and the server's start took.
     pub started_in: Duration,
+    /// How the server is run (as whom) and started (its options).
+    runner: Runner,
+    options: String,
     /// Closing it (when the process ends) makes the watchdog stop the server.
     _watchdog_stdin: Mutex<ChildStdin>,
     _watchdog: Mutex<Child>,
@@ -75,31 +78,69 @@ pub fn database() -> String {
 
 /// [`database`], returning why it failed instead of panicking.
 pub fn try_database() -> Result<String, String> {
-    let c = try_cluster()?;
-    let name = format!(
-        "t{}_{}",
-        std::process::id(),
-        NEXT_DB.fetch_add(1, Ordering::Relaxed)
-    );
-    let out = Command::new(c.bin.join("createdb"))
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &c.port.to_string(),
-            "-U",
-            SUPERUSER,
-        ])
-        .arg(&name)
-        .output()
-        .map_err(|e| format!("pg-harness: cannot run createdb: {e}; {INSTALL}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "pg-harness: createdb {name} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
+    try_cluster()?.database()
+}
+
+/// A cluster of the caller's own, which it may stop and start again (a
+/// test of a server going away); stopped and removed when dropped, or when
+/// the process ends.
+pub fn private_cluster() -> Cluster {
+    Cluster::start().unwrap_or_else(|e| panic!("pg-harness: {e}"))
+}
+
+impl Cluster {
+    /// A fresh, empty database on this cluster; its URL.
+    pub fn database(&self) -> Result<String, String> {
+        let c = self;
+        let name = format!(
+            "t{}_{}",
+            std::process::id(),
+            NEXT_DB.fetch_add(1, Ordering::Relaxed)
+        );
+        let out = Command::new(c.bin.join("createdb"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &c.port.to_string(),
+                "-U",
+                SUPERUSER,
+            ])
+            .arg(&name)
+            .output()
+            .map_err(|e| format!("pg-harness: cannot run createdb: {e}; {INSTALL}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "pg-harness: createdb {name} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(c.url(&name))
     }
-    Ok(c.url(&name))
+
+    /// Stop the server (`pg_ctl stop -m fast`: it ends every connection).
+    pub fn stop(&self) -> Result<(), String> {
+        self.runner.run(
+            Command::new(self.bin.join("pg_ctl"))
+                .arg("-D")
+                .arg(self.dir.join("data"))
+                .args(["-m", "fast", "-w", "stop"]),
+            "pg_ctl stop",
+        )
+    }
+
+    /// Start the stopped server again, on the same port.
+    pub fn restart(&self) -> Result<(), String> {
+        self.runner.run(
+            Command::new(self.bin.join("pg_ctl"))
+                .arg("-D")
+                .arg(self.dir.join("data"))
+                .arg("-l")
+                .arg(self.dir.join("server.log"))
+                .args(["-w", "-t", "60", "-o", &self.options, "start"]),
+            "pg_ctl start",
+        )
+    }
 }
 
 impl Cluster {
@@ -127,11 +168,13 @@ impl Cluster {
         // The watchdog first: from here on, however this process ends, the
         // server (once started) is stopped and the folder removed.
         let (watchdog, stdin) = watchdog(&runner, &bin, &dir)?;
-        let cluster = |port| Cluster {
+        let cluster = |port, runner, options| Cluster {
             dir: dir.clone(),
             bin: bin.clone(),
             port,
             started_in: began.elapsed(),
+            runner,
+            options,
             _watchdog_stdin: Mutex::new(stdin),
             _watchdog: Mutex::new(watchdog),
         };
@@ -168,7 +211,7 @@ impl Cluster {
                 "pg_ctl start",
             );
             match started {
-                Ok(()) => return Ok(cluster(port)),
+                Ok(()) => return Ok(cluster(port, runner, options)),
                 Err(e) => {
                     let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
                     last = format!("{e}\nserver log:\n{log}");

@@ -118,6 +118,12 @@ impl Actors {
         }
     }
 
+    /// Whether this process has an actor for the session (working on it, or
+    /// about to take or give back its lease).
+    pub(crate) fn has_actor(&self, session: &SessionId) -> bool {
+        self.lock().contains_key(session)
+    }
+
     /// Whether this process is working on the session now.
     pub(crate) fn is_running(&self, session: &SessionId) -> bool {
         self.lock()

@@ -283,15 +283,24 @@ impl Core {
         let mut out: Vec<SessionId> = leases
             .iter()
             .filter(|(s, holder, expires)| {
-                holder != &self.inner.holder
-                    && !self.inner.actors.is_running(s)
-                    && !live(holder, *expires)
+                if holder == &self.inner.holder {
+                    // This host's own lease with no actor behind it: a
+                    // release that failed (the ledger was unwritable then).
+                    !self.inner.actors.has_actor(s)
+                } else {
+                    !self.inner.actors.is_running(s) && !live(holder, *expires)
+                }
             })
             .map(|(s, _, _)| s.clone())
             .collect();
         for s in self.inner.ledger.sessions_with_open_prompts().await? {
             let held = leases.iter().any(|(l, holder, expires)| {
-                l == &s && (holder == &self.inner.holder || live(holder, *expires))
+                l == &s
+                    && if holder == &self.inner.holder {
+                        self.inner.actors.has_actor(&s)
+                    } else {
+                        live(holder, *expires)
+                    }
             });
             if !held && !self.inner.actors.is_running(&s) && !out.contains(&s) {
                 out.push(s);

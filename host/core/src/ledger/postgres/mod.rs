@@ -142,10 +142,12 @@ impl PgStore {
     }
 
     async fn client(&self) -> Result<PgClient> {
-        self.pool
-            .get()
-            .await
-            .map_err(|e| LedgerError::Unavailable(format!("cannot reach {}: {e}", self.name)))
+        self.pool.get().await.map_err(|e| {
+            LedgerError::Unavailable(format!(
+                "the PostgreSQL server of {} cannot be reached ({e})",
+                self.name
+            ))
+        })
     }
 
     /// A connection with a transaction begun, and the fence (if any) checked
@@ -672,7 +674,7 @@ mod tests {
             Err(LedgerError::Unavailable(m)) => {
                 assert!(
                     m.starts_with(&format!(
-                        "cannot reach postgres://w@127.0.0.1:{port}/ledger"
+                        "the PostgreSQL server of postgres://w@127.0.0.1:{port}/ledger cannot be reached"
                     )),
                     "{m}"
                 );

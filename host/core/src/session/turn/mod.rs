@@ -317,7 +317,7 @@ impl<'a> Turn<'a> {
                 other
             }
         };
-        tracing::error!(session = %session_id, "{e}");
+        tracing::warn!(session = %session_id, "{e}");
         self.core.ledger.bus().publish(Event::SessionError {
             session_id,
             message_id: Some(self.step.info.id.clone()),
