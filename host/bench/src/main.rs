@@ -23,6 +23,7 @@ mod p2;
 mod p3;
 mod p4;
 mod pg;
+mod serve;
 mod stats;
 mod table;
 
@@ -52,6 +53,7 @@ const PARTS: &[&str] = &[
     "pg",
     "ingest",
     "langs",
+    "serve",
 ];
 
 /// Measure warden against the bare floor and print the table.
@@ -67,7 +69,7 @@ struct Args {
     /// Also write the table as Markdown here.
     #[arg(long)]
     markdown: Option<PathBuf>,
-    /// Run only these parts (comma-separated: floor, p1, p2, rss, first-run, p3, p4, pg, ingest, langs).
+    /// Run only these parts (comma-separated: floor, p1, p2, rss, first-run, p3, p4, pg, ingest, langs, serve).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Keep the scratch directory (ledgers, cassettes, cache) to inspect it afterwards.
@@ -77,6 +79,13 @@ struct Args {
     /// `cargo build --release -p warden` from this checkout).
     #[arg(long)]
     warden: Option<PathBuf>,
+    /// Another `warden` binary (an older commit's build, say) the serve part
+    /// also runs, alternating wave by wave, to read the two side by side.
+    #[arg(long)]
+    baseline_warden: Option<PathBuf>,
+    /// Prompts per wave in the serve part.
+    #[arg(long, default_value_t = 400)]
+    serve_sessions: usize,
 }
 
 fn main() -> ExitCode {
@@ -144,7 +153,9 @@ async fn bench(args: Args) -> Result<()> {
 async fn run_all(args: &Args, work: &Path) -> Result<Vec<Row>> {
     let q = args.quick;
     let want = |part: &str| args.only.is_empty() || args.only.iter().any(|o| o == part);
-    let needs_binary = ["rss", "first-run", "p3", "langs"].iter().any(|p| want(p));
+    let needs_binary = ["rss", "first-run", "p3", "langs", "serve"]
+        .iter()
+        .any(|p| want(p));
     let warden = if needs_binary {
         Some(common::warden_binary(args.warden.as_deref())?)
     } else {
@@ -204,6 +215,26 @@ async fn run_all(args: &Args, work: &Path) -> Result<Vec<Row>> {
     {
         eprintln!("bench: a tool per guest language (Rust, Python, JavaScript)…");
         rows.extend(languages::languages(work, warden, if q { 50 } else { 300 }).await?);
+    }
+    if want("serve")
+        && let Some(warden) = &warden
+    {
+        eprintln!("bench: waves of concurrent prompts to `warden serve`…");
+        let baseline = match &args.baseline_warden {
+            Some(b) => Some(
+                b.canonicalize()
+                    .with_context(|| format!("no warden binary at {}", b.display()))?,
+            ),
+            None => None,
+        };
+        let n = if q {
+            args.serve_sessions.min(50)
+        } else {
+            args.serve_sessions
+        };
+        rows.extend(
+            serve::measure(work, warden, baseline.as_deref(), n, if q { 2 } else { 5 }).await?,
+        );
     }
     Ok(rows)
 }
