@@ -11,6 +11,7 @@ mod bad_input;
 mod builtin_tools;
 mod cli;
 mod conformance;
+mod contract;
 mod control_plane;
 mod crash;
 mod full_disk;

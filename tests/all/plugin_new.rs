@@ -394,10 +394,10 @@ async fn a_js_hook_from_an_empty_folder() {
 #[test]
 fn sdk_wit_matches_contract() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let contract = std::fs::read_to_string(root.join("wit/plugin.wit")).unwrap();
+    let contract = std::fs::read_to_string(root.join("wit/v0.1.0/plugin.wit")).unwrap();
     let vendored = std::fs::read_to_string(root.join("plugins/sdk/wit/plugin.wit")).unwrap();
     assert!(
         contract == vendored,
-        "plugins/sdk/wit/plugin.wit differs from wit/plugin.wit; copy it: cp wit/plugin.wit plugins/sdk/wit/"
+        "plugins/sdk/wit/plugin.wit differs from wit/v0.1.0/plugin.wit, the version the SDK builds against; copy it: cp wit/v0.1.0/plugin.wit plugins/sdk/wit/"
     );
 }

@@ -29,14 +29,14 @@ mod bindings {
     pub mod tool {
         wasmtime::component::bindgen!({
             world: "tool-plugin",
-            path: "../../wit",
+            path: "../../wit/v0.1.0",
             exports: { default: async },
         });
     }
     pub mod hook {
         wasmtime::component::bindgen!({
             world: "hook-plugin",
-            path: "../../wit",
+            path: "../../wit/v0.1.0",
             exports: { default: async },
             with: {
                 "warden:plugin/host": super::tool::warden::plugin::host,

@@ -1,7 +1,7 @@
 //! Describes 65 tools: one more than a plugin may provide.
 
 wit_bindgen::generate!({
-    path: "../../wit",
+    path: "../../wit/v0.1.0",
     world: "tool-plugin",
 });
 

@@ -4,7 +4,7 @@
 //! pushes on one boundary the host must hold (see tests/all/adversarial.rs).
 
 wit_bindgen::generate!({
-    path: "../../wit",
+    path: "../../wit/v0.1.0",
     world: "tool-plugin",
 });
 

@@ -3,7 +3,7 @@
 //! refuse to call through another plugin.
 
 wit_bindgen::generate!({
-    path: "../../wit",
+    path: "../../wit/v0.1.0",
     world: "tool-plugin",
 });
 

@@ -16,7 +16,10 @@ const fn f(path: &'static str, text: &'static str) -> File {
 }
 
 /// The contract, for every language.
-const CONTRACT: File = f("wit/plugin.wit", include_str!("../../../../wit/plugin.wit"));
+const CONTRACT: File = f(
+    "wit/plugin.wit",
+    include_str!("../../../../wit/v0.1.0/plugin.wit"),
+);
 
 /// The Rust SDK, vendored into each Rust project so it builds from anywhere.
 const RUST_SDK: &[File] = &[

@@ -2,10 +2,14 @@
 //! types, and one module per supported version of `warden:plugin` holding
 //! that version's generated bindings and the conversions to and from them.
 //!
-//! Nothing outside this folder names a generated type. Supporting contract
-//! 0.2.0 means writing `v0_2_0.rs` (its `bindgen!`, a [`Contract`] that
-//! links and wraps it, and the host interface for it) and adding it to
-//! [`CONTRACTS`].
+//! Nothing outside this folder names a generated type. Each version's
+//! bindings are generated from its own frozen folder of the contract,
+//! `wit/vX.Y.Z/`, whose bytes a test pins ([`tests`]), so an edit to a
+//! released version fails the build's tests instead of silently changing
+//! what old guests are linked against. Supporting contract 0.2.0 means
+//! adding `wit/v0.2.0/`, writing `v0_2_0.rs` (its `bindgen!` on that
+//! folder, a [`Contract`] that links and wraps it, and the host interface
+//! for it), adding it to [`CONTRACTS`] and pinning its sha256 below.
 
 use std::collections::BTreeSet;
 
@@ -184,4 +188,75 @@ pub fn detect(exports: &BTreeSet<String>) -> Option<(&'static dyn Contract, Worl
 /// The names of the supported versions, for messages.
 pub fn supported() -> Vec<&'static str> {
     CONTRACTS.iter().map(|c| c.name()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use sha2::{Digest, Sha256};
+
+    use super::CONTRACTS;
+
+    /// Every released version of the contract, by folder under `wit/`, and
+    /// the sha256 of its `plugin.wit`. A released version never changes: a
+    /// change is a new version beside it.
+    const RELEASED: &[(&str, &str)] = &[(
+        "v0.1.0",
+        "f56c6b9bd94a5065f49db6ab3ea1e8c288bdbf0542c787c320fa2ec07461dddc",
+    )];
+
+    fn wit_dir() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit")
+    }
+
+    #[test]
+    fn released_contracts_are_frozen() {
+        for (folder, pinned) in RELEASED {
+            let path = wit_dir().join(folder).join("plugin.wit");
+            let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let sha: String = Sha256::digest(&bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            assert_eq!(
+                &sha,
+                pinned,
+                "{} changed, but {folder} is released and frozen: undo the edit, and put a \
+                 change in a new version's folder beside it",
+                path.display()
+            );
+            let text = String::from_utf8(bytes).unwrap();
+            let version = folder.trim_start_matches('v');
+            assert!(
+                text.contains(&format!("package warden:plugin@{version};")),
+                "{} declares another package version than its folder",
+                path.display()
+            );
+        }
+    }
+
+    #[test]
+    fn every_folder_is_a_released_version_the_host_loads() {
+        let mut folders: Vec<String> = std::fs::read_dir(wit_dir())
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        folders.sort();
+        let mut released: Vec<String> = RELEASED.iter().map(|(f, _)| f.to_string()).collect();
+        released.sort();
+        assert_eq!(
+            folders, released,
+            "a folder under wit/ with no pinned sha256 (or the reverse)"
+        );
+        let mut loaded: Vec<String> = CONTRACTS
+            .iter()
+            .map(|c| format!("v{}", c.name().rsplit('@').next().unwrap_or_default()))
+            .collect();
+        loaded.sort();
+        assert_eq!(
+            loaded, released,
+            "the host loads exactly the released versions"
+        );
+    }
 }

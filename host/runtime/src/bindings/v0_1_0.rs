@@ -14,7 +14,7 @@ use crate::{budget, host_calls};
 mod tool {
     wasmtime::component::bindgen!({
         world: "tool-plugin",
-        path: "../../wit",
+        path: "../../wit/v0.1.0",
         imports: {
             "warden:plugin/host.ask": async,
             default: trappable,
@@ -26,7 +26,7 @@ mod tool {
 mod hook {
     wasmtime::component::bindgen!({
         world: "hook-plugin",
-        path: "../../wit",
+        path: "../../wit/v0.1.0",
         exports: { default: async },
         with: {
             "warden:plugin/host": super::tool::warden::plugin::host,
