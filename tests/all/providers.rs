@@ -332,10 +332,10 @@ fn a_bad_provider_config_is_refused_with_its_path() {
 }
 
 #[test]
-fn the_readme_provider_config_is_valid() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
-    let section = readme.split("### Real providers").nth(1).unwrap();
+fn the_documented_provider_config_is_valid() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/config.md"))
+        .unwrap();
+    let section = doc.split("### Real providers").nth(1).unwrap();
     let block = section
         .split("```json\n")
         .nth(1)
