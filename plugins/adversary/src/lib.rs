@@ -1,4 +1,4 @@
-//! A hostile tool plugin, written against the raw bindings: `wit/plugin.wit`
+//! A hostile tool plugin, written against the raw bindings: `wit/v0.1.0/plugin.wit`
 //! through wit-bindgen, WASI through the `wasip2` bindings and Rust's std —
 //! never the warden SDK, so nothing in between softens an attack. Each tool
 //! pushes on one boundary the host must hold (see tests/all/adversarial.rs).

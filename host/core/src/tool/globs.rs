@@ -1,5 +1,5 @@
 //! The tool-id patterns of a hook, compiled once. The patterns are globs
-//! (`*`, `?`, `[abc]`, `{write,edit}`), as `wit/plugin.wit` promises; one
+//! (`*`, `?`, `[abc]`, `{write,edit}`), as `wit/v0.1.0/plugin.wit` promises; one
 //! that is not a valid glob matches nothing and is logged when the hook is
 //! loaded, not at every call.
 
