@@ -69,7 +69,9 @@ impl InProcess {
             Config::parse(&json!({"builtins": false, "plugins": [adversary(grants)]}).to_string())
                 .unwrap();
         InProcess {
-            host: WasmHost::load(&config, None, None).await.unwrap(),
+            host: WasmHost::load(&config.plugin_set(), None, None)
+                .await
+                .unwrap(),
             dir: tempfile::tempdir().unwrap(),
         }
     }

@@ -41,7 +41,7 @@ async fn host(env: &Env, policy: &str, grants: Value) -> WasmHost {
         .to_string(),
     )
     .unwrap();
-    WasmHost::load(&config, Some(env.data().join("cache")), None)
+    WasmHost::load(&config.plugin_set(), Some(env.data().join("cache")), None)
         .await
         .unwrap()
 }

@@ -24,7 +24,7 @@ fn a_busy_guest_does_not_block_the_async_runtime() {
             &json!({"builtins": false, "plugins": [Env::fixtures_plugin(json!({"timeout_ms": 3000}))]}).to_string(),
         )
         .unwrap();
-        let host = WasmHost::load(&config, None, None).await.unwrap();
+        let host = WasmHost::load(&config.plugin_set(), None, None).await.unwrap();
         let tools = host.tools();
         let spin = tools.iter().find(|t| t.id == "spin").unwrap();
         let echo = tools.iter().find(|t| t.id == "echo").unwrap();

@@ -114,7 +114,7 @@ pub fn core_with(
 /// Load the plugins of `config` with the bench's compiled cache.
 pub async fn host(work: &Path, config: &Config) -> Result<Arc<WasmHost>> {
     Ok(Arc::new(
-        WasmHost::load(config, Some(work.join("cache")), None).await?,
+        WasmHost::load(&config.plugin_set(), Some(work.join("cache")), None).await?,
     ))
 }
 

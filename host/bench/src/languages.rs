@@ -112,7 +112,12 @@ async fn timed_calls(
         .to_string(),
     )
     .map_err(|e| anyhow::anyhow!(e))?;
-    let host = WasmHost::load(&config, Some(work.join(format!("cache-{name}"))), None).await?;
+    let host = WasmHost::load(
+        &config.plugin_set(),
+        Some(work.join(format!("cache-{name}"))),
+        None,
+    )
+    .await?;
     let tool = host
         .tools()
         .into_iter()

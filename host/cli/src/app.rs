@@ -212,7 +212,7 @@ pub async fn build_with(
         host.clone()
     } else {
         Arc::new(
-            warden_mcp::McpTools::connect(host.clone(), &config)
+            warden_mcp::McpTools::connect(host.clone(), &config.mcp)
                 .await
                 .context("cannot start the MCP servers")?,
         )
@@ -239,7 +239,7 @@ pub async fn load_host(
     data_dir: &Path,
 ) -> Result<WasmHost, warden_runtime::RuntimeError> {
     WasmHost::load(
-        config,
+        &config.plugin_set(),
         Some(data_dir.join("cache").join("components")),
         Some(&plugin_dir(data_dir)),
     )

@@ -159,7 +159,7 @@ async fn add(
         bytes.len() as f64 / 1e6
     );
     let host = WasmHost::load(
-        &trial,
+        &trial.plugin_set(),
         Some(data_dir.join("cache").join("components")),
         None,
     )

@@ -24,7 +24,7 @@ pub mod error;
 pub mod ledger;
 pub mod permission;
 pub mod session;
-pub mod tool;
+pub use warden_tool as tool;
 
 pub use bus::Bus;
 pub use config::Config;

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use warden_core::config::{DirGrant, DirMode, Grants, ToolSettings};
+use warden_tool::config::{DirGrant, DirMode, Grants, ToolSettings};
 use wasmtime::component::Component;
 
 use crate::engine::Sandbox;
@@ -260,11 +260,11 @@ mod tests {
     #[tokio::test]
     async fn a_builtin_loaded_from_its_artifact_runs() {
         use std::sync::Arc;
-        use warden_core::tool::{CallContext, ToolHost, Unattended};
+        use warden_tool::{CallContext, ToolHost, Unattended};
 
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.txt"), "alpha\n").unwrap();
-        let host = crate::WasmHost::load(&warden_core::Config::default(), None, None)
+        let host = crate::WasmHost::load(&warden_tool::config::PluginSet::default(), None, None)
             .await
             .unwrap();
         assert_eq!(host.compile_stats().compiled, 0);

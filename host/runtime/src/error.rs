@@ -1,5 +1,5 @@
 //! The runtime's errors: loading plugins (a guest call's failures are
-//! `warden_core::tool::GuestError`, which end as an error tool part).
+//! `warden_tool::GuestError`, which end as an error tool part).
 
 /// Why the runtime or a plugin could not be set up. Raised at start-up and
 /// by `warden plugin verify`; the host refuses the plugin and says why.

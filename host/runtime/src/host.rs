@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use serde_json::Value;
-use warden_core::Config;
-use warden_core::tool::{
+use warden_tool::config::PluginSet;
+use warden_tool::{
     AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookDef, ToolDef,
     ToolHost, ToolOutput,
 };
@@ -46,7 +46,7 @@ impl WasmHost {
     /// plugin the config lists, then every plugin in `plugin_dir`.
     /// `cache_dir` holds compiled components.
     pub async fn load(
-        config: &Config,
+        config: &PluginSet,
         cache_dir: Option<PathBuf>,
         plugin_dir: Option<&std::path::Path>,
     ) -> Result<WasmHost, RuntimeError> {

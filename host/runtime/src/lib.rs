@@ -1,6 +1,6 @@
 //! The warden plugin runtime: tools and hooks as WebAssembly components
 //! (wasm32-wasip2) run by wasmtime, behind the core's
-//! [`ToolHost`](warden_core::tool::ToolHost) seam.
+//! [`ToolHost`](warden_tool::ToolHost) seam.
 //!
 //! Where to start reading: [`WasmHost`] (loads plugins, runs calls), then
 //! [`sandbox`] (what one call's store may touch: grants, limits, linking)

@@ -4,7 +4,7 @@
 //! The gate looks at the request's own URI (scheme, host, port) as wasi:http
 //! hands it to `send_request`, never at a Host header, which a guest could
 //! set to anything, and reads it through the same canonicaliser as the
-//! permission rules ([`warden_core::tool::url`]), so `2130706433` is
+//! permission rules ([`warden_tool::url`]), so `2130706433` is
 //! `127.0.0.1` to both. Redirects are not followed here: a guest that follows
 //! one makes a new request, which passes the gate again — the grant and,
 //! for a tool whose rules are written on URLs, the rules.
@@ -12,8 +12,8 @@
 use std::sync::Arc;
 
 use http_body_util::BodyExt;
-use warden_core::tool::CallObserver;
-use warden_core::tool::url::{self, Canonical};
+use warden_tool::CallObserver;
+use warden_tool::url::{self, Canonical};
 use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
 
 /// One allowed destination: `[scheme://]host[:port]`, where host may start

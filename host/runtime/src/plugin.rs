@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use serde_json::Value;
-use warden_core::config::{Grants, ToolSettings};
-use warden_core::tool::{GuestRef, HookDef, PatternSource, ToolDef};
+use warden_tool::config::{Grants, ToolSettings};
+use warden_tool::{GuestRef, HookDef, PatternSource, ToolDef};
 
 use wasmtime::Store;
 
@@ -332,7 +332,7 @@ fn check_tools(
         // One literal name: an `always` answer for a glob would cover
         // other tools' permissions, a reserved one would switch hooks.
         if let Some(p) = &set.permission {
-            warden_core::permission::policy::check_name(p)
+            warden_tool::permission_name::check_name(p)
                 .map_err(|e| format!("tool {}: {e}", s.id))?;
         }
         let pattern = match (&set.path_arg, &set.url_arg) {

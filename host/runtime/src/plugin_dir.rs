@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use warden_core::config::{Grants, PluginConfig, ToolSettings};
+use warden_tool::config::{Grants, PluginConfig, ToolSettings};
 
 use crate::engine::sha256_hex;
 use crate::error::RuntimeError;

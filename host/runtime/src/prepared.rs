@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use warden_core::config::PrepareInstances;
+use warden_tool::config::PrepareInstances;
 use wasmtime::{Engine, Store};
 
 use crate::bindings::Instance;

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use warden_core::config::{DirMode, Grants};
-use warden_core::tool::{CallObserver, GuestError};
+use warden_tool::config::{DirMode, Grants};
+use warden_tool::{CallObserver, GuestError};
 use wasmtime::component::{Component, HasData, Linker, ResourceTable};
 use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};

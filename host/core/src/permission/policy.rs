@@ -22,6 +22,7 @@
 //! approved.
 
 use warden_protocol::{Action, Rule};
+pub use warden_tool::permission_name::{MAX_NAME, check_name, is_literal};
 
 use super::{Evaluation, evaluate, wildcard};
 
@@ -48,11 +49,6 @@ fn last_match<'a>(rules: &'a [Rule], permission: &str, pattern: &str) -> Option<
     rules.iter().rev().find(|r| {
         wildcard::matches(&r.permission, permission) && wildcard::matches(&r.pattern, pattern)
     })
-}
-
-/// Whether a text is free of the wildcard characters.
-pub fn is_literal(s: &str) -> bool {
-    !s.contains(['*', '?'])
 }
 
 impl Policy {
@@ -147,44 +143,6 @@ impl Policy {
             .cloned()
             .collect()
     }
-}
-
-/// Permission names only the operator's rules may use: the hook switches
-/// and the doom-loop guard.
-fn reserved(permission: &str) -> bool {
-    permission.starts_with("hook") || permission == "doom_loop"
-}
-
-/// The longest permission name or pattern taken from anyone but the
-/// operator's config.
-pub const MAX_NAME: usize = 256;
-
-/// Check a permission name that a plugin manifest, a `--tool` flag, a tool
-/// mapping or a guest's own question gives: one literal name (no globs,
-/// so an `always` answer for it can never cover other permissions), not
-/// reserved (`hook.*`, `doom_loop`), no control characters.
-pub fn check_name(permission: &str) -> Result<(), String> {
-    if permission.is_empty() || permission.len() > MAX_NAME {
-        return Err(format!(
-            "the permission name must be 1 to {MAX_NAME} bytes, not {}",
-            permission.len()
-        ));
-    }
-    if !is_literal(permission) {
-        return Err(format!(
-            "the permission {:?} is a glob; a tool or plugin names one literal permission (rules may use globs, a tool may not)",
-            warden_protocol::text::shown(permission)
-        ));
-    }
-    if reserved(permission) {
-        return Err(format!(
-            "the permission {permission:?} is reserved for the operator's rules (hook switches and the doom-loop guard)"
-        ));
-    }
-    if permission.chars().any(char::is_control) {
-        return Err("the permission name has control characters".into());
-    }
-    Ok(())
 }
 
 /// The most rules a client may give one session.

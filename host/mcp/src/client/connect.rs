@@ -8,7 +8,7 @@ use rmcp::ServiceExt;
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use warden_core::config::McpServerConfig;
+use warden_tool::config::McpServerConfig;
 
 use crate::McpError;
 

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use rmcp::model::{CallToolRequestParams, ContentBlock};
 use serde_json::{Value, json};
-use warden_core::config::{Config, McpServerConfig, ToolSettings};
-use warden_core::tool::{
+use warden_tool::config::{McpServerConfig, ToolSettings};
+use warden_tool::{
     AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, GuestRef, HookDef,
     PatternSource, ToolDef, ToolHost, ToolOutput,
 };
@@ -55,13 +55,16 @@ pub struct McpTools {
 }
 
 impl McpTools {
-    /// Connect to every enabled server in the config and list its tools,
+    /// Connect to every enabled server of the config's `mcp` and list its tools,
     /// each within its `startup_timeout_ms`. A server that cannot be
     /// reached in time, offers more than warden takes, or offers a tool
     /// whose id would collide with another's is an error naming it: a
     /// session must not quietly run without tools its operator configured,
     /// nor with a rule written for one tool applying to another.
-    pub async fn connect(inner: Arc<dyn ToolHost>, config: &Config) -> Result<McpTools, McpError> {
+    pub async fn connect(
+        inner: Arc<dyn ToolHost>,
+        configured: &BTreeMap<String, McpServerConfig>,
+    ) -> Result<McpTools, McpError> {
         // Every id already offered, and whose it is.
         let mut taken: BTreeMap<String, String> = inner
             .tools()
@@ -69,7 +72,7 @@ impl McpTools {
             .map(|t| (t.id, format!("plugin {}", t.guest.plugin)))
             .collect();
         let mut servers = Vec::new();
-        for (name, server) in config.mcp.iter().filter(|(_, s)| s.enabled()) {
+        for (name, server) in configured.iter().filter(|(_, s)| s.enabled()) {
             let failed = |message: String| McpError::Connect {
                 server: name.clone(),
                 message,

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeSet;
 
-use warden_core::tool::CallContext;
+use warden_tool::CallContext;
 use wasmtime::Store;
 use wasmtime::component::{InstancePre, Linker};
 

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use warden_core::tool::CallContext;
+use warden_tool::CallContext;
 use wasmtime::component::{InstancePre, Linker, WasmList, WasmStr};
 use wasmtime::{Store, StoreContextMut};
 

@@ -1,12 +1,17 @@
-//! Tools as the core sees them: definitions, the [`ToolHost`] seam behind
-//! which guests run, and what a guest call sees and returns. The host
-//! boundary that checks permission and runs hooks around every call is
-//! [`crate::boundary`].
+//! Tools as the core and the runtimes see them: definitions, the
+//! [`ToolHost`] seam behind which guests run, what a guest call sees and
+//! returns, and the plugin config and grants ([`config`]). The host boundary
+//! that checks permission and runs hooks around every call is warden-core's
+//! `boundary`.
 //!
-//! The core never knows how a guest runs: `warden-runtime` implements
-//! [`ToolHost`] with wasmtime; tests may implement it with plain Rust.
+//! This crate is what a tool runtime links instead of the core: the core
+//! never knows how a guest runs (`warden-runtime` implements [`ToolHost`]
+//! with wasmtime; tests may implement it with plain Rust), and a runtime
+//! never builds the ledger, the loop or a database driver.
 
+pub mod config;
 pub mod globs;
+pub mod permission_name;
 pub mod url;
 
 use std::sync::Arc;
