@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 use warden_core::Config;
-use warden_core::tool::{CallContext, CallObserver, GuestError, ToolHost};
+use warden_core::tool::{CallContext, CallObserver, GuestError, ToolSource};
 use warden_runtime::WasmHost;
 
 use crate::common::*;

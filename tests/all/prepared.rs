@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use warden_core::Config;
-use warden_core::tool::{CallContext, CallObserver, ToolDef, ToolHost};
+use warden_core::tool::{CallContext, CallObserver, ToolDef, ToolSource};
 use warden_runtime::WasmHost;
 use warden_runtime::prepared::{MAX_PREPARED, PreparedStats};
 

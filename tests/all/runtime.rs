@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 use warden_core::Config;
-use warden_core::tool::{CallContext, ToolHost, Unattended};
+use warden_core::tool::{CallContext, ToolSource, Unattended};
 use warden_runtime::WasmHost;
 
 use crate::common::*;

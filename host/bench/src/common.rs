@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use warden_core::config::Config;
-use warden_core::tool::ToolHost;
+use warden_core::tool::Registry;
 use warden_core::{Bus, Core, CoreOptions, Ledger};
 use warden_llm::{EventStream, Models, Provider, ResolvedModel, scripted};
 use warden_protocol::{Event, LlmEvent, LlmRequest, ModelRef, PartBody, ToolState};
@@ -87,24 +87,19 @@ pub fn drain_bus(bus: &Bus) {
 pub fn core_on(
     work: &Path,
     name: &str,
-    host: Arc<dyn ToolHost>,
+    tools: Registry,
     config: Config,
     models: Models,
 ) -> Result<Core> {
     let ledger = Ledger::open(&work.join(format!("{name}.db")), Bus::new())?;
-    core_with(ledger, host, config, models)
+    core_with(ledger, tools, config, models)
 }
 
 /// A core on `ledger` (of either backend).
-pub fn core_with(
-    ledger: Ledger,
-    host: Arc<dyn ToolHost>,
-    config: Config,
-    models: Models,
-) -> Result<Core> {
+pub fn core_with(ledger: Ledger, tools: Registry, config: Config, models: Models) -> Result<Core> {
     Ok(Core::new(
         ledger,
-        host,
+        tools,
         Arc::new(models),
         config,
         CoreOptions::default(),

@@ -14,7 +14,9 @@ use rusqlite::{Connection, params};
 use serde_json::json;
 use warden_core::Bus;
 use warden_core::ledger::{Ledger, id};
-use warden_core::tool::{CallContext, CallObserver, ToolHost, ToolOutput, Unattended};
+use warden_core::tool::{
+    CallContext, CallObserver, HookCall, HookHost, ToolOutput, ToolSource, Unattended,
+};
 use warden_protocol::{MessageId, SessionId};
 use warden_runtime::engine::Sandbox;
 use wasmtime::Store;
@@ -250,8 +252,15 @@ pub async fn measure(work: &Path, n: usize) -> Result<Floors> {
     for i in 0..n + warm {
         let (r, t) = timed(host.execute(&echo, &c, &args, observer.clone())).await;
         r.map_err(|e| anyhow::anyhow!("echo failed: {e}"))?;
-        let (_, b) = timed(host.before(&hook, &c, "echo", &args, observer.clone())).await;
-        let (_, a) = timed(host.after(&hook, &c, "echo", &args, &out, observer.clone())).await;
+        let call = HookCall {
+            hook: &hook,
+            ctx: &c,
+            tool: "echo",
+            arguments: &args,
+            observer: observer.clone(),
+        };
+        let (_, b) = timed(host.before(&call)).await;
+        let (_, a) = timed(host.after(&call, &out)).await;
         if i >= warm {
             host_tool.push(t);
             host_before.push(b);

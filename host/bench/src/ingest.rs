@@ -13,6 +13,7 @@ use anyhow::Result;
 use serde::Deserialize;
 use serde_json::json;
 use warden_core::PromptInput;
+use warden_core::tool::Registry;
 use warden_llm::Models;
 use warden_llm::openai::chat_stream::ChatDecoder;
 use warden_llm::sse::SseParser;
@@ -121,7 +122,7 @@ pub async fn measure(work: &Path, deltas: usize) -> Result<Vec<Row>> {
     )?;
     let models = Models::from_providers(&config.provider);
     let host = common::host(work, &config).await?;
-    let core = common::core_on(work, "ingest", host, config, models)?;
+    let core = common::core_on(work, "ingest", Registry::of(host), config, models)?;
     let mut rx = core.bus().subscribe();
     let session = core.create_session(&project, "ingest").await?;
     let (answer, took) = timed(core.prompt(PromptInput {

@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use warden_core::config::Config;
-use warden_core::tool::{CallContext, CallObserver, ToolHost, Unattended};
+use warden_core::tool::{CallContext, CallObserver, ToolSource, Unattended};
 use warden_protocol::{MessageId, SessionId};
 use warden_runtime::WasmHost;
 use warden_runtime::engine::{Sandbox, sha256_hex};

@@ -15,6 +15,7 @@ use std::time::Duration;
 use anyhow::Result;
 use serde_json::json;
 use warden_core::ledger::{AuditEntry, SqliteStore, Store};
+use warden_core::tool::Registry;
 use warden_core::{Bus, Ledger, PromptInput};
 use warden_llm::Models;
 use warden_protocol::ModelRef;
@@ -98,7 +99,7 @@ pub async fn run(work: &Path, name: &str, store: Arc<dyn Store>, n: usize) -> Re
     let (counted, store_calls) = Counted::new(store);
     let core = common::core_with(
         Ledger::new(counted, Bus::new()),
-        host,
+        Registry::of(host),
         config,
         models.clone(),
     )?;

@@ -10,6 +10,7 @@ use serde_json::json;
 use std::sync::Arc;
 
 use warden_core::ledger::{Ledger, SqliteStore};
+use warden_core::tool::Registry;
 use warden_core::{Bus, PromptInput};
 use warden_llm::Models;
 use warden_protocol::{ModelRef, ToolState};
@@ -42,7 +43,12 @@ async fn scripted(work: &Path, project: &Path, name: &str, steps: usize) -> Resu
     let host = common::host(work, &config).await?;
     let store = Arc::new(SqliteStore::open(&work.join(format!("{name}.db")))?);
     let (store, calls) = Counted::new(store);
-    let core = common::core_with(Ledger::new(store, Bus::new()), host, config, Models::new())?;
+    let core = common::core_with(
+        Ledger::new(store, Bus::new()),
+        Registry::of(host),
+        config,
+        Models::new(),
+    )?;
     common::drain_bus(core.bus());
     let session = core.create_session(project, name).await?;
     let from = Instant::now();
@@ -157,7 +163,7 @@ pub async fn loop_speed(work: &Path, steps: usize) -> Result<Vec<Row>> {
     )?;
     let models = Models::from_providers(&config.provider);
     let host = common::host(work, &config).await?;
-    let core = common::core_on(work, "p2http", host, config, models)?;
+    let core = common::core_on(work, "p2http", Registry::of(host), config, models)?;
     common::drain_bus(core.bus());
     let session = core.create_session(&project, "p2 http").await?;
     let (answer, took) = timed(core.prompt(PromptInput {

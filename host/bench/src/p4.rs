@@ -11,8 +11,7 @@ use std::time::Duration;
 use anyhow::Result;
 use serde_json::json;
 use warden_core::tool::{
-    AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookDef, ToolDef,
-    ToolHost, ToolOutput,
+    CallContext, CallObserver, GuestError, Registry, ToolDef, ToolOutput, ToolSource,
 };
 use warden_core::{Core, PromptInput};
 use warden_llm::Models;
@@ -33,12 +32,12 @@ struct Timed {
 }
 
 #[async_trait::async_trait]
-impl ToolHost for Timed {
+impl ToolSource for Timed {
     fn tools(&self) -> Vec<ToolDef> {
         self.inner.tools()
     }
-    fn hooks(&self) -> Vec<HookDef> {
-        self.inner.hooks()
+    fn offers(&self, tool: &ToolDef) -> bool {
+        self.inner.offers(tool)
     }
     async fn execute(
         &self,
@@ -53,31 +52,6 @@ impl ToolHost for Timed {
             .unwrap_or_else(|p| p.into_inner())
             .push(t);
         r
-    }
-    async fn before(
-        &self,
-        hook: &HookDef,
-        ctx: &CallContext,
-        tool: &str,
-        arguments: &str,
-        observer: Arc<dyn CallObserver>,
-    ) -> std::result::Result<BeforeDecision, GuestError> {
-        self.inner
-            .before(hook, ctx, tool, arguments, observer)
-            .await
-    }
-    async fn after(
-        &self,
-        hook: &HookDef,
-        ctx: &CallContext,
-        tool: &str,
-        arguments: &str,
-        output: &ToolOutput,
-        observer: Arc<dyn CallObserver>,
-    ) -> std::result::Result<AfterDecision, GuestError> {
-        self.inner
-            .after(hook, ctx, tool, arguments, output, observer)
-            .await
     }
 }
 
@@ -125,7 +99,9 @@ pub async fn measure(work: &Path, ns: &[usize]) -> Result<Vec<Row>> {
         let core = common::core_on(
             work,
             &format!("p4-{n}"),
-            timed_host.clone(),
+            Registry::default()
+                .with_source(timed_host.clone())
+                .with_hooks(timed_host.inner.clone()),
             config,
             models.clone(),
         )?;
@@ -197,7 +173,7 @@ pub async fn measure(work: &Path, ns: &[usize]) -> Result<Vec<Row>> {
     let n = *ns.last().unwrap_or(&100);
     let config = common::guest_config(true)?;
     let host = common::host(work, &config).await?;
-    let core = common::core_on(work, "p4-idle", host, config, Models::new())?;
+    let core = common::core_on(work, "p4-idle", Registry::of(host), config, Models::new())?;
     common::drain_bus(core.bus());
     let model = common::scripted_model(&cassette);
     batch(&core, n, &project, &model).await?;

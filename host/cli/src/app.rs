@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use warden_core::boundary::Protected;
 use warden_core::config::trust::TrustStore;
 use warden_core::config::{Loaded, Sources};
+use warden_core::tool::ToolSource;
 use warden_core::{Bus, Config, Core, CoreOptions, Ledger};
 use warden_llm::Models;
 use warden_runtime::WasmHost;
@@ -208,15 +209,14 @@ pub async fn build_with(
             warden_protocol::text::json_terminal_safe(&what)
         );
     }
-    let tools: Arc<dyn warden_core::tool::ToolHost> = if config.mcp.is_empty() {
-        host.clone()
-    } else {
-        Arc::new(
-            warden_mcp::McpTools::connect(host.clone(), &config.mcp)
-                .await
-                .context("cannot start the MCP servers")?,
-        )
-    };
+    // The runtime's tools, then the MCP servers'; hooks only from the runtime.
+    let mut tools = warden_core::tool::Registry::of(host.clone());
+    if !config.mcp.is_empty() {
+        let servers = warden_mcp::McpTools::connect(&host.tools(), &config.mcp)
+            .await
+            .context("cannot start the MCP servers")?;
+        tools = tools.with_source(Arc::new(servers));
+    }
     let core = Core::new(
         ledger,
         tools,

@@ -1,7 +1,7 @@
 //! The warden agent core: the session ledger, the run loop, the turn,
 //! permissions and the event bus. Models are reached only through the
 //! `warden_llm` seam (`ModelResolver` → `ResolvedModel` → `Provider`). It never prints and knows
-//! nothing of wasmtime: guests run behind the [`tool::ToolHost`] trait, and
+//! nothing of wasmtime: guests run behind the [`tool::Registry`] of tool sources and hook hosts, and
 //! front ends only consume [`bus`] events.
 //!
 //! Where to start reading: [`session`] (`Core::prompt` → the session's actor,

@@ -260,7 +260,7 @@ mod tests {
     #[tokio::test]
     async fn a_builtin_loaded_from_its_artifact_runs() {
         use std::sync::Arc;
-        use warden_tool::{CallContext, ToolHost, Unattended};
+        use warden_tool::{CallContext, ToolSource, Unattended};
 
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.txt"), "alpha\n").unwrap();

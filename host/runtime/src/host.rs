@@ -1,4 +1,4 @@
-//! [`WasmHost`]: the core's `ToolHost`, running each tool call and hook
+//! [`WasmHost`]: a tool source and hook host, running each tool call and hook
 //! stage in a fresh, sandboxed instance of its plugin.
 
 use std::collections::BTreeMap;
@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 use serde_json::Value;
 use warden_tool::config::PluginSet;
 use warden_tool::{
-    AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookDef, ToolDef,
-    ToolHost, ToolOutput,
+    AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, HookCall, HookDef,
+    HookHost, ToolDef, ToolOutput, ToolSource,
 };
 use wasmtime::Store;
 
@@ -375,7 +375,7 @@ fn capped(message: String, limits: &Limits) -> String {
 }
 
 #[async_trait::async_trait]
-impl ToolHost for WasmHost {
+impl ToolSource for WasmHost {
     fn tools(&self) -> Vec<ToolDef> {
         self.plugins
             .iter()
@@ -383,11 +383,12 @@ impl ToolHost for WasmHost {
             .collect()
     }
 
-    fn hooks(&self) -> Vec<HookDef> {
-        self.plugins
-            .iter()
-            .filter_map(|p| p.hook().cloned())
-            .collect()
+    fn offers(&self, tool: &ToolDef) -> bool {
+        self.by_name.get(&tool.guest.plugin).is_some_and(|p| {
+            p.tools()
+                .iter()
+                .any(|t| t.id == tool.id && t.guest == tool.guest)
+        })
     }
 
     async fn execute(
@@ -421,16 +422,27 @@ impl ToolHost for WasmHost {
             Ok(o) => checked_output(o, &guest, limits),
         }
     }
+}
 
-    async fn before(
-        &self,
-        hook: &HookDef,
-        ctx: &CallContext,
-        tool: &str,
-        arguments: &str,
-        observer: Arc<dyn CallObserver>,
-    ) -> Result<BeforeDecision, GuestError> {
+#[async_trait::async_trait]
+impl HookHost for WasmHost {
+    fn hooks(&self) -> Vec<HookDef> {
+        self.plugins
+            .iter()
+            .filter_map(|p| p.hook().cloned())
+            .collect()
+    }
+
+    async fn before(&self, call: &HookCall<'_>) -> Result<BeforeDecision, GuestError> {
         use Before as W;
+        let HookCall {
+            hook,
+            ctx,
+            tool,
+            arguments,
+            ..
+        } = *call;
+        let observer = call.observer.clone();
         let plugin = self.hook_plugin(hook)?;
         let (guest, limits) = (plugin.guest().to_string(), &plugin.limits);
         let (decision, _) = self
@@ -459,13 +471,17 @@ impl ToolHost for WasmHost {
 
     async fn after(
         &self,
-        hook: &HookDef,
-        ctx: &CallContext,
-        tool: &str,
-        arguments: &str,
+        call: &HookCall<'_>,
         output: &ToolOutput,
-        observer: Arc<dyn CallObserver>,
     ) -> Result<AfterDecision, GuestError> {
+        let HookCall {
+            hook,
+            ctx,
+            tool,
+            arguments,
+            ..
+        } = *call;
+        let observer = call.observer.clone();
         let plugin = self.hook_plugin(hook)?;
         let (guest, limits) = (plugin.guest().to_string(), &plugin.limits);
         let current = RawOutput {

@@ -1,6 +1,7 @@
 //! The warden plugin runtime: tools and hooks as WebAssembly components
-//! (wasm32-wasip2) run by wasmtime, behind the core's
-//! [`ToolHost`](warden_tool::ToolHost) seam.
+//! (wasm32-wasip2) run by wasmtime, behind warden-tool's
+//! [`ToolSource`](warden_tool::ToolSource) and
+//! [`HookHost`](warden_tool::HookHost) seams.
 //!
 //! Where to start reading: [`WasmHost`] (loads plugins, runs calls), then
 //! [`sandbox`] (what one call's store may touch: grants, limits, linking)

@@ -1,26 +1,28 @@
-//! Tools as the core and the runtimes see them: definitions, the
-//! [`ToolHost`] seam behind which guests run, what a guest call sees and
-//! returns, and the plugin config and grants ([`config`]). The host boundary
+//! Tools as the core and the runtimes see them: definitions, the seams
+//! behind which guests run ([`ToolSource`] for tools, [`HookHost`] for
+//! hooks, composed in a [`Registry`]), what a guest call sees and returns,
+//! and the plugin config and grants ([`config`]). The host boundary
 //! that checks permission and runs hooks around every call is warden-core's
 //! `boundary`.
 //!
 //! This crate is what a tool runtime links instead of the core: the core
-//! never knows how a guest runs (`warden-runtime` implements [`ToolHost`]
-//! with wasmtime; tests may implement it with plain Rust), and a runtime
+//! never knows how a guest runs (`warden-runtime` implements both seams
+//! with wasmtime, `warden-mcp` a tool source over MCP; tests implement them
+//! with plain Rust), and a runtime
 //! never builds the ledger, the loop or a database driver.
 
 pub mod config;
 pub mod globs;
 pub mod permission_name;
+pub mod registry;
 pub mod url;
-
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use warden_protocol::{CallId, MessageId, SessionId};
 
 pub use globs::ToolGlobs;
+pub use registry::{Hook, HookCall, HookHost, Registry, ToolSource};
 
 /// Where a tool's permission pattern comes from in its arguments.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -219,94 +221,6 @@ impl CallObserver for Unattended {
     fn progress(&self, _: Option<String>, _: Value) {}
     async fn ask(&self, _: String, _: Vec<String>, _: Value) -> Result<(), String> {
         Err("nobody is there to answer".into())
-    }
-}
-
-/// Runs guests. Implemented by the plugin runtime.
-#[async_trait::async_trait]
-pub trait ToolHost: Send + Sync {
-    /// The tools available now (resolved again every round).
-    fn tools(&self) -> Vec<ToolDef>;
-    /// The hooks, in the order they run.
-    fn hooks(&self) -> Vec<HookDef>;
-    /// Run one tool call in a fresh guest.
-    async fn execute(
-        &self,
-        tool: &ToolDef,
-        ctx: &CallContext,
-        arguments: &str,
-        observer: Arc<dyn CallObserver>,
-    ) -> Result<ToolOutput, GuestError>;
-    /// Run a hook's before stage.
-    async fn before(
-        &self,
-        hook: &HookDef,
-        ctx: &CallContext,
-        tool: &str,
-        arguments: &str,
-        observer: Arc<dyn CallObserver>,
-    ) -> Result<BeforeDecision, GuestError>;
-    /// Run a hook's after stage.
-    async fn after(
-        &self,
-        hook: &HookDef,
-        ctx: &CallContext,
-        tool: &str,
-        arguments: &str,
-        output: &ToolOutput,
-        observer: Arc<dyn CallObserver>,
-    ) -> Result<AfterDecision, GuestError>;
-}
-
-/// A host with no tools, for sessions that only talk.
-pub struct NoTools;
-
-#[async_trait::async_trait]
-impl ToolHost for NoTools {
-    fn tools(&self) -> Vec<ToolDef> {
-        Vec::new()
-    }
-    fn hooks(&self) -> Vec<HookDef> {
-        Vec::new()
-    }
-    async fn execute(
-        &self,
-        tool: &ToolDef,
-        _: &CallContext,
-        _: &str,
-        _: Arc<dyn CallObserver>,
-    ) -> Result<ToolOutput, GuestError> {
-        Err(GuestError::Unavailable {
-            guest: tool.guest.to_string(),
-            message: "no tool host".into(),
-        })
-    }
-    async fn before(
-        &self,
-        hook: &HookDef,
-        _: &CallContext,
-        _: &str,
-        _: &str,
-        _: Arc<dyn CallObserver>,
-    ) -> Result<BeforeDecision, GuestError> {
-        Err(GuestError::Unavailable {
-            guest: hook.guest.to_string(),
-            message: "no tool host".into(),
-        })
-    }
-    async fn after(
-        &self,
-        hook: &HookDef,
-        _: &CallContext,
-        _: &str,
-        _: &str,
-        _: &ToolOutput,
-        _: Arc<dyn CallObserver>,
-    ) -> Result<AfterDecision, GuestError> {
-        Err(GuestError::Unavailable {
-            guest: hook.guest.to_string(),
-            message: "no tool host".into(),
-        })
     }
 }
 

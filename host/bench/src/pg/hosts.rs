@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use futures::StreamExt;
+use warden_core::tool::Registry;
 use warden_core::{Core, CoreOptions, Ledger, PromptInput};
 use warden_llm::Models;
 use warden_protocol::{ModelRef, SessionId};
@@ -59,7 +60,7 @@ pub async fn spread(work: &Path, name: &str, ledgers: Vec<Ledger>, n: usize) -> 
         common::drain_bus(ledger.bus());
         cores.push(Core::new(
             ledger,
-            host,
+            Registry::of(host),
             Arc::new(Models::new()),
             config,
             // A lease holder id of its own, as a host on another machine

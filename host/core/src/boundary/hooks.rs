@@ -13,7 +13,7 @@ use super::failure::{CallFailure, HookStage};
 use super::gate::{self, Question, Verdict};
 use super::{Call, check_call};
 use crate::permission::{self, Evaluation};
-use crate::tool::{AfterDecision, BeforeDecision, GuestError, HookDef, ToolOutput};
+use crate::tool::{AfterDecision, BeforeDecision, GuestError, HookCall, HookDef, ToolOutput};
 
 /// What a hook said, whatever its stage.
 enum Said {
@@ -52,7 +52,8 @@ pub(crate) async fn run_stage(
 ) -> Result<(), CallFailure> {
     let (env, req, observer) = (call.env, call.req, &call.observer);
     let tool = &req.tool;
-    for hook in env.host.hooks() {
+    for bound in env.tools.hooks() {
+        let hook = &bound.def;
         let globs = match stage {
             HookStage::Before => &hook.before,
             HookStage::After => &hook.after,
@@ -60,7 +61,7 @@ pub(crate) async fn run_stage(
         if !globs.matches(&tool.id) {
             continue;
         }
-        match may_run(call, &hook, stage).await {
+        match may_run(call, hook, stage).await {
             Verdict::Allowed => {}
             Verdict::Denied { .. } => continue,
             Verdict::Rejected { .. } if hook.fail_open => continue,
@@ -73,25 +74,24 @@ pub(crate) async fn run_stage(
         }
         let started = Instant::now();
         let arguments = input.to_string();
+        let hook_call = HookCall {
+            hook,
+            ctx: &req.ctx,
+            tool: &tool.id,
+            arguments: &arguments,
+            observer: observer.clone(),
+        };
         let said = match (stage, output.as_deref()) {
-            (HookStage::After, Some(out)) => env
-                .host
-                .after(&hook, &req.ctx, &tool.id, &arguments, out, observer.clone())
-                .await
-                .map(|d| match d {
-                    AfterDecision::Keep => Said::Pass,
-                    AfterDecision::Rewrite(o) => Said::Output(o),
-                }),
-            _ => env
-                .host
-                .before(&hook, &req.ctx, &tool.id, &arguments, observer.clone())
-                .await
-                .map(|d| match d {
-                    BeforeDecision::Allow => Said::Pass,
-                    BeforeDecision::Block(r) => Said::Block(r),
-                    BeforeDecision::Rewrite(text) => Said::Arguments(text),
-                    BeforeDecision::Ask(r) => Said::Ask(r),
-                }),
+            (HookStage::After, Some(out)) => bound.after(&hook_call, out).await.map(|d| match d {
+                AfterDecision::Keep => Said::Pass,
+                AfterDecision::Rewrite(o) => Said::Output(o),
+            }),
+            _ => bound.before(&hook_call).await.map(|d| match d {
+                BeforeDecision::Allow => Said::Pass,
+                BeforeDecision::Block(r) => Said::Block(r),
+                BeforeDecision::Rewrite(text) => Said::Arguments(text),
+                BeforeDecision::Ask(r) => Said::Ask(r),
+            }),
         };
         let elapsed = Some(started.elapsed());
         let row = |outcome: Outcome| {

@@ -1,6 +1,9 @@
 //! The host boundary: one tool call, in this order:
 //!
-//! 1. the tool was resolved by the caller (unknown tools never get here);
+//! 1. **admission** ([`admission`]): arguments that are a JSON object, a
+//!    tool offered on this step (a call failing either reaches no stage);
+//!    a call the model repeated [`doom::THRESHOLD`] times in a row is first
+//!    put to the gate as `doom_loop` ([`doom`]), in the call's own task;
 //! 2. **permission** for (agent + session rules, tool, pattern from the
 //!    arguments), settled by the [`gate`]: allow, deny, or ask whoever is
 //!    attached; a denied call reaches no guest at all;
@@ -16,7 +19,9 @@
 //! A call that does not complete ends in a [`CallFailure`], whose text is
 //! what the model is shown. Where to start reading: [`run`].
 
+pub(crate) mod admission;
 pub mod audit;
+pub mod doom;
 pub mod failure;
 pub mod gate;
 pub mod hooks;
@@ -35,7 +40,7 @@ pub use gate::{Question, Rules, Verdict};
 
 use crate::ledger::{AuditEntry, Ledger};
 use crate::permission::Permissions;
-use crate::tool::{CallContext, CallObserver, PatternSource, ToolDef, ToolHost, ToolOutput};
+use crate::tool::{CallContext, CallObserver, PatternSource, Registry, ToolDef, ToolOutput};
 use audit::Row;
 use gate::Gate;
 
@@ -44,7 +49,7 @@ use gate::Gate;
 pub struct CallEnv {
     pub ledger: Ledger,
     pub permissions: Permissions,
-    pub host: Arc<dyn ToolHost>,
+    pub tools: Registry,
     /// Paths no tool may touch through its path argument, whatever the rules.
     protected: Arc<[Protected]>,
 }
@@ -58,11 +63,11 @@ pub struct Protected {
 }
 
 impl CallEnv {
-    pub fn new(ledger: Ledger, permissions: Permissions, host: Arc<dyn ToolHost>) -> CallEnv {
+    pub fn new(ledger: Ledger, permissions: Permissions, tools: Registry) -> CallEnv {
         CallEnv {
             ledger,
             permissions,
-            host,
+            tools,
             protected: Arc::from(Vec::new()),
         }
     }
@@ -87,6 +92,10 @@ pub struct CallRequest {
     pub rules: Rules,
     pub cancel: CancellationToken,
     pub progress: ProgressFn,
+    /// How many calls in a row, this one included, were this tool with
+    /// these arguments: at [`doom::THRESHOLD`] the `doom_loop` question is
+    /// the call's first stage. Front ends without a loop give 1.
+    pub repeats: usize,
 }
 
 /// How the call ended. Both carry the arguments the call ended with (after
@@ -170,13 +179,16 @@ impl Call<'_> {
 
 async fn boundary(call: &Call<'_>, input: &mut Value) -> Result<ToolOutput, CallFailure> {
     let tool = &call.req.tool;
+    if call.req.repeats >= doom::THRESHOLD {
+        doom::check(call, input).await?;
+    }
     check_call(call, input).await?;
     hooks::run_stage(call, HookStage::Before, input, None).await?;
 
     let started = Instant::now();
     let result = call
         .env
-        .host
+        .tools
         .execute(
             tool,
             &call.req.ctx,

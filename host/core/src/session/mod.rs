@@ -29,7 +29,7 @@ use crate::config::Config;
 use crate::error::{CoreError, Result};
 use crate::ledger::Ledger;
 use crate::permission::Permissions;
-use crate::tool::ToolHost;
+use crate::tool::Registry;
 use actor::{Actors, Op};
 use status::StatusBoard;
 use warden_llm::retry::RetryPolicy;
@@ -79,7 +79,7 @@ impl Default for CoreOptions {
 pub(crate) struct CoreInner {
     pub ledger: Ledger,
     pub permissions: Permissions,
-    pub tools: Arc<dyn ToolHost>,
+    pub tools: Registry,
     pub models: Arc<dyn ModelResolver>,
     pub agents: Agents,
     pub config: Config,
@@ -93,6 +93,18 @@ pub(crate) struct CoreInner {
     pub protected: Arc<[crate::boundary::Protected]>,
 }
 
+impl CoreInner {
+    /// The host boundary as this core's calls see it.
+    pub(crate) fn call_env(&self) -> crate::boundary::CallEnv {
+        crate::boundary::CallEnv::new(
+            self.ledger.clone(),
+            self.permissions.clone(),
+            self.tools.clone(),
+        )
+        .protecting(self.protected.clone())
+    }
+}
+
 /// The agent core. Cheap to clone.
 #[derive(Clone)]
 pub struct Core {
@@ -100,10 +112,10 @@ pub struct Core {
 }
 
 impl Core {
-    /// Assemble a core from a ledger, a tool host, a model resolver and a config.
+    /// Assemble a core from a ledger, the tool registry, a model resolver and a config.
     pub fn new(
         ledger: Ledger,
-        tools: Arc<dyn ToolHost>,
+        tools: Registry,
         models: Arc<dyn ModelResolver>,
         config: Config,
         options: CoreOptions,
@@ -155,7 +167,7 @@ impl Core {
         &self.inner.agents
     }
 
-    pub fn tools(&self) -> &Arc<dyn ToolHost> {
+    pub fn tools(&self) -> &Registry {
         &self.inner.tools
     }
 
@@ -163,12 +175,7 @@ impl Core {
     /// host, warden's own files), for front ends that run calls themselves,
     /// such as the MCP server.
     pub fn call_env(&self) -> crate::boundary::CallEnv {
-        crate::boundary::CallEnv::new(
-            self.inner.ledger.clone(),
-            self.inner.permissions.clone(),
-            self.inner.tools.clone(),
-        )
-        .protecting(self.inner.protected.clone())
+        self.inner.call_env()
     }
 
     /// A session's status in this process.

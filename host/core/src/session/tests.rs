@@ -13,8 +13,8 @@ use warden_protocol::{
 use super::*;
 use crate::ledger::PromptState;
 use crate::tool::{
-    AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, GuestRef, HookDef,
-    PatternSource, ToolDef, ToolOutput,
+    AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, GuestRef, HookCall,
+    HookDef, HookHost, PatternSource, Registry, ToolDef, ToolOutput, ToolSource,
 };
 use warden_llm::scripted::ScriptedProvider;
 use warden_llm::{ModelInfo, Prices, ResolvedModel};
@@ -29,7 +29,7 @@ struct RustTools {
 }
 
 #[async_trait::async_trait]
-impl ToolHost for RustTools {
+impl ToolSource for RustTools {
     fn tools(&self) -> Vec<ToolDef> {
         ["echo", "fail"]
             .iter()
@@ -47,9 +47,6 @@ impl ToolHost for RustTools {
                 server: None,
             })
             .collect()
-    }
-    fn hooks(&self) -> Vec<HookDef> {
-        self.hooks.clone()
     }
     async fn execute(
         &self,
@@ -71,14 +68,15 @@ impl ToolHost for RustTools {
             _ => Err(GuestError::Failed("it failed".into())),
         }
     }
-    async fn before(
-        &self,
-        hook: &HookDef,
-        _: &CallContext,
-        tool: &str,
-        _: &str,
-        _: Arc<dyn CallObserver>,
-    ) -> std::result::Result<BeforeDecision, GuestError> {
+}
+
+#[async_trait::async_trait]
+impl HookHost for RustTools {
+    fn hooks(&self) -> Vec<HookDef> {
+        self.hooks.clone()
+    }
+    async fn before(&self, call: &HookCall<'_>) -> std::result::Result<BeforeDecision, GuestError> {
+        let (hook, tool) = (call.hook, call.tool);
         self.ran
             .lock()
             .unwrap()
@@ -90,12 +88,8 @@ impl ToolHost for RustTools {
     }
     async fn after(
         &self,
-        _: &HookDef,
-        _: &CallContext,
-        _: &str,
-        _: &str,
+        _: &HookCall<'_>,
         _: &ToolOutput,
-        _: Arc<dyn CallObserver>,
     ) -> std::result::Result<AfterDecision, GuestError> {
         Ok(AfterDecision::Keep)
     }
@@ -144,7 +138,7 @@ async fn setup_with(
     let ledger = Ledger::in_memory(Bus::new()).unwrap();
     let core = Core::new(
         ledger,
-        tools.clone(),
+        Registry::of(tools.clone()),
         Arc::new(OneModel(
             model.unwrap_or_else(|| provider.clone() as Arc<dyn warden_llm::Provider>),
             cassette["context_limit"].as_u64(),
@@ -910,6 +904,103 @@ async fn an_always_answer_applies_at_once_to_a_later_call_of_the_same_step() {
     );
 }
 
+#[tokio::test]
+async fn the_doom_question_waits_in_its_call_while_the_stream_goes_on() {
+    use tokio::sync::mpsc::unbounded_channel;
+    use warden_protocol::{FinishReason, PermissionReply};
+    let (step1, rx1) = unbounded_channel();
+    let (step2, rx2) = unbounded_channel();
+    let remote = Arc::new(Remote(Mutex::new([rx1, rx2].into())));
+    let s = setup_with(
+        json!({"turns": []}),
+        r#"{"permission": {"doom_loop": "ask"}}"#,
+        RustTools::default(),
+        Some(remote as Arc<dyn warden_llm::Provider>),
+    )
+    .await;
+    let _attached = s.core.permissions().attach();
+    let mut events = s.core.bus().subscribe();
+    let core = s.core.clone();
+    let input = prompt(&s, "go");
+    let run = tokio::spawn(async move { core.prompt(input).await });
+    // The waits below are bounded only so that a stream loop held by the
+    // question fails the test instead of hanging it: not a measure of speed.
+    let bound = std::time::Duration::from_secs(20);
+
+    step1.send(LlmEvent::StartStep).unwrap();
+    for id in ["c0", "c1", "c2"] {
+        step1
+            .send(tool_call_event(id, json!({"path": "a"})))
+            .unwrap();
+    }
+    let asked = tokio::time::timeout(bound, async {
+        loop {
+            if let Event::PermissionAsked { request } = &*events.recv().await.unwrap() {
+                break request.clone();
+            }
+        }
+    })
+    .await
+    .expect("the doom_loop question was asked");
+    assert_eq!(asked.permission, "doom_loop");
+    assert_eq!(asked.patterns, ["echo"]);
+
+    // Unanswered, it holds only its own call: the model's next text is
+    // written while the question waits.
+    step1
+        .send(LlmEvent::TextDelta {
+            id: "t".into(),
+            text: "meanwhile".into(),
+        })
+        .unwrap();
+    step1.send(LlmEvent::TextEnd { id: "t".into() }).unwrap();
+    tokio::time::timeout(bound, async {
+        loop {
+            if let Event::PartUpdated { part, .. } = &*events.recv().await.unwrap()
+                && matches!(&part.body, PartBody::Text { text, .. } if text == "meanwhile")
+            {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the text the model streamed after the asked call was written");
+    assert_eq!(
+        s.tools.ran.lock().unwrap().len(),
+        2,
+        "the asked call has not run"
+    );
+
+    s.core
+        .permissions()
+        .reply(&asked.id, PermissionReply::Once)
+        .await
+        .unwrap();
+    for e in finish(FinishReason::ToolCalls) {
+        step1.send(e).unwrap();
+    }
+    drop(step1);
+    say(step2, "done");
+    let answer = run.await.unwrap().unwrap();
+    assert_eq!(answer.text(), "done");
+    assert_eq!(s.tools.ran.lock().unwrap().len(), 3, "allowed once, it ran");
+
+    // The question's row is the call's own, before its tool's.
+    let rows: Vec<[String; 3]> = s
+        .core
+        .ledger()
+        .audit_trail(&s.session.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.call_id.as_deref() == Some("c2"))
+        .map(|a| [a.stage, a.subject, a.decision])
+        .collect();
+    let row = |a: &str, b: &str, c: &str| [a, b, c].map(str::to_string);
+    assert_eq!(rows.first(), Some(&row("ask", "doom_loop", "asked:once")));
+    assert_eq!(rows.last().map(|r| r[0].as_str()), Some("tool"), "{rows:?}");
+}
+
 /// A core on the ledger at `location` (a SQLite path or a PostgreSQL URL)
 /// acting as its own host (`holder`), answering with `model`.
 async fn host_on(location: &str, holder: &str, model: Arc<dyn warden_llm::Provider>) -> Core {
@@ -917,7 +1008,7 @@ async fn host_on(location: &str, holder: &str, model: Arc<dyn warden_llm::Provid
     let ledger = Ledger::new(store, Bus::new());
     Core::new(
         ledger,
-        Arc::new(RustTools::default()),
+        Registry::of(Arc::new(RustTools::default())),
         Arc::new(OneModel(model, None)),
         Config::parse("{}").unwrap(),
         CoreOptions {

@@ -1,7 +1,8 @@
 //! MCP servers as tools in warden sessions.
 //!
-//! [`McpTools`] wraps the plugin runtime's [`ToolHost`] and adds each
-//! configured server's tools under `SERVER_TOOL`, so a call to one goes
+//! [`McpTools`] is a [`ToolSource`] of each configured server's tools,
+//! offered under `SERVER_TOOL` beside the plugin runtime's in the session's
+//! [`Registry`](warden_tool::Registry), so a call to one goes
 //! through the same boundary as any other tool: the permission check
 //! (`SERVER_*` defaults to `ask`, see `warden_core::agent`), before and
 //! after hooks, and the audit trail. Only the call itself differs: it is
@@ -19,8 +20,7 @@ use rmcp::model::{CallToolRequestParams, ContentBlock};
 use serde_json::{Value, json};
 use warden_tool::config::{McpServerConfig, ToolSettings};
 use warden_tool::{
-    AfterDecision, BeforeDecision, CallContext, CallObserver, GuestError, GuestRef, HookDef,
-    PatternSource, ToolDef, ToolHost, ToolOutput,
+    CallContext, CallObserver, GuestError, GuestRef, PatternSource, ToolDef, ToolOutput, ToolSource,
 };
 
 use crate::McpError;
@@ -48,28 +48,28 @@ struct Server {
     tools: Vec<(ToolDef, String)>,
 }
 
-/// The plugin runtime's tools plus every configured MCP server's.
+/// Every configured MCP server's tools. It has no hooks: hooks come from
+/// the plugin runtime, and run around these calls as around any other.
 pub struct McpTools {
-    inner: Arc<dyn ToolHost>,
     servers: Vec<Server>,
 }
 
 impl McpTools {
-    /// Connect to every enabled server of the config's `mcp` and list its tools,
-    /// each within its `startup_timeout_ms`. A server that cannot be
+    /// Connect to every enabled server of the config's `mcp` and list its
+    /// tools, each within its `startup_timeout_ms`; `offered` are the tools
+    /// the session's other sources offer. A server that cannot be
     /// reached in time, offers more than warden takes, or offers a tool
     /// whose id would collide with another's is an error naming it: a
     /// session must not quietly run without tools its operator configured,
     /// nor with a rule written for one tool applying to another.
     pub async fn connect(
-        inner: Arc<dyn ToolHost>,
+        offered: &[ToolDef],
         configured: &BTreeMap<String, McpServerConfig>,
     ) -> Result<McpTools, McpError> {
         // Every id already offered, and whose it is.
-        let mut taken: BTreeMap<String, String> = inner
-            .tools()
-            .into_iter()
-            .map(|t| (t.id, format!("plugin {}", t.guest.plugin)))
+        let mut taken: BTreeMap<String, String> = offered
+            .iter()
+            .map(|t| (t.id.clone(), format!("plugin {}", t.guest.plugin)))
             .collect();
         let mut servers = Vec::new();
         for (name, server) in configured.iter().filter(|(_, s)| s.enabled()) {
@@ -140,7 +140,7 @@ impl McpTools {
                 tools,
             });
         }
-        Ok(McpTools { inner, servers })
+        Ok(McpTools { servers })
     }
 
     fn find(&self, tool: &ToolDef) -> Option<(&Server, &str)> {
@@ -249,28 +249,30 @@ fn to_output(id: &str, result: rmcp::model::CallToolResult) -> Result<ToolOutput
 }
 
 #[async_trait::async_trait]
-impl ToolHost for McpTools {
+impl ToolSource for McpTools {
     fn tools(&self) -> Vec<ToolDef> {
-        let mut tools = self.inner.tools();
-        for server in &self.servers {
-            tools.extend(server.tools.iter().map(|(d, _)| d.clone()));
-        }
-        tools
+        self.servers
+            .iter()
+            .flat_map(|s| s.tools.iter().map(|(d, _)| d.clone()))
+            .collect()
     }
 
-    fn hooks(&self) -> Vec<HookDef> {
-        self.inner.hooks()
+    fn offers(&self, tool: &ToolDef) -> bool {
+        self.find(tool).is_some()
     }
 
     async fn execute(
         &self,
         tool: &ToolDef,
-        ctx: &CallContext,
+        _: &CallContext,
         arguments: &str,
-        observer: Arc<dyn CallObserver>,
+        _: Arc<dyn CallObserver>,
     ) -> Result<ToolOutput, GuestError> {
         let Some((server, remote)) = self.find(tool) else {
-            return self.inner.execute(tool, ctx, arguments, observer).await;
+            return Err(GuestError::Unavailable {
+                guest: tool.guest.to_string(),
+                message: "no MCP server offers it".into(),
+            });
         };
         let guest = guest_name(&server.name);
         let args = match serde_json::from_str::<Value>(arguments) {
@@ -304,33 +306,6 @@ impl ToolHost for McpTools {
                 Ok(output)
             }
         }
-    }
-
-    async fn before(
-        &self,
-        hook: &HookDef,
-        ctx: &CallContext,
-        tool: &str,
-        arguments: &str,
-        observer: Arc<dyn CallObserver>,
-    ) -> Result<BeforeDecision, GuestError> {
-        self.inner
-            .before(hook, ctx, tool, arguments, observer)
-            .await
-    }
-
-    async fn after(
-        &self,
-        hook: &HookDef,
-        ctx: &CallContext,
-        tool: &str,
-        arguments: &str,
-        output: &ToolOutput,
-        observer: Arc<dyn CallObserver>,
-    ) -> Result<AfterDecision, GuestError> {
-        self.inner
-            .after(hook, ctx, tool, arguments, output, observer)
-            .await
     }
 }
 

@@ -165,6 +165,8 @@ impl WardenMcp {
             rules: Rules::new(agent.policy.clone(), session_id.clone()),
             cancel: CancellationToken::new(),
             progress: Arc::new(|_, _| {}),
+            // Each MCP request is a call of its own: no loop to repeat in.
+            repeats: 1,
         };
         Ok(tools::result(
             boundary::run(&self.core.call_env(), req).await,

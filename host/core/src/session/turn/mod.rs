@@ -5,8 +5,9 @@
 //! - [`sink`]: text and reasoning become parts, with the flush policy;
 //! - [`calls`]: the call table, the only place tool states change (written
 //!   with the audit rows that caused them, in one transaction);
-//! - [`runs`]: the calls running through the boundary in their own tasks;
-//! - [`doom`]: the doom-loop guard.
+//! - [`runs`]: the calls running through the boundary in their own tasks
+//!   (admitted by the boundary's [`admission`], the doom-loop guard
+//!   included, so nothing about a call waits in the stream loop).
 //!
 //! It tells the loop what comes next: `continue`, `stop` or `compact`
 //! (context overflow). As in the seeds, a rule's deny, a protected path and
@@ -18,14 +19,13 @@
 //! its message's error ([`MessageError::Stopped`]).
 
 mod calls;
-mod doom;
 mod runs;
 mod sink;
 
 use std::sync::Arc;
 
 use futures::StreamExt;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use warden_protocol::{
@@ -36,12 +36,12 @@ use warden_protocol::{
 use super::CoreInner;
 use super::phase_marks::PhaseMarks;
 use crate::agent::Agent;
-use crate::boundary::gate::Verdict;
-use crate::boundary::{CallEnv, CallFailure, CallOutcome, CallRequest, Rules};
+use crate::boundary::admission::{self, Proposal};
+use crate::boundary::{CallFailure, CallOutcome, doom};
 use crate::clock::now_ms;
 use crate::error::{CoreError, Result};
 use crate::ledger::phase::PhaseKind;
-use crate::tool::{CallContext, ToolDef, ToolOutput};
+use crate::tool::{ToolDef, ToolOutput};
 use calls::{CallTable, Open};
 use runs::{Feedback, Runs};
 use sink::PartsSink;
@@ -541,18 +541,7 @@ impl<'a> Turn<'a> {
         }
         // Arguments: JSON, and an object. Anything else still runs the machine
         // (pending → running → error) so the model is told what was wrong.
-        let parsed: std::result::Result<Value, String> = match serde_json::from_str::<Value>(&raw) {
-            Ok(v @ Value::Object(_)) => Ok(v),
-            Ok(other) => Err(format!(
-                "the arguments must be a JSON object, but the model sent {}: {}",
-                json_kind(&other),
-                clip(&raw, 200)
-            )),
-            Err(e) => Err(format!(
-                "the arguments are not valid JSON ({e}): {}",
-                clip(&raw, 200)
-            )),
-        };
+        let parsed = admission::arguments(&raw);
         let input = parsed.as_ref().cloned().unwrap_or_else(|_| json!({}));
         self.calls
             .start(idx, &name, provider_executed, &raw, input.clone())
@@ -566,74 +555,29 @@ impl<'a> Turn<'a> {
         if provider_executed {
             return Ok(()); // its result comes in the stream
         }
-
-        let Some(def) = self.step.tools.iter().find(|t| t.id == name).cloned() else {
-            let failure = CallFailure::UnknownTool {
-                name,
-                offered: self.step.tools.iter().map(|t| t.id.clone()).collect(),
-            };
-            self.calls.fail(idx, None, &failure, &[]).await?;
-            return Ok(());
-        };
-
-        let ctx = CallContext {
-            session_id: self.step.session.id.clone(),
-            message_id: self.step.info.id.clone(),
-            call_id: call_id.clone(),
-            agent: self.step.agent.name.clone(),
-            directory: self.step.session.directory.clone(),
-        };
-        let rules = Rules::new(self.step.agent.policy.clone(), self.step.session.id.clone());
-        let history = self.step.history;
-        let parent = &self.step.info.parent_id;
-        let repeats = doom::repeats(history, parent, self.calls.parts(), &name, &input);
-        if repeats >= doom::THRESHOLD {
-            let (verdict, audit) = doom::allowed(
-                &self.core.ledger,
-                &self.core.permissions,
-                &rules,
-                &ctx,
-                &self.cancel,
-                &name,
-                &input,
-            )
-            .await;
-            if verdict != Verdict::Allowed {
-                let failure = CallFailure::DoomLoop {
-                    tool: name.clone(),
-                    times: doom::THRESHOLD,
-                };
-                self.calls.fail(idx, None, &failure, &audit).await?;
-                if let Verdict::Rejected { why } = verdict {
-                    self.stop_for(&call_id, &name, &failure, Some(why));
-                } else if repeats >= doom::GIVE_UP {
-                    // Told to stop and still at it: asking again would go on
-                    // for ever (whatever continue_loop_on_deny says).
-                    self.stopped.get_or_insert(format!(
-                        "the model called `{name}` {repeats} times in a row with the same arguments, though told after {} that the doom_loop permission does not allow it; the loop stopped",
-                        doom::THRESHOLD
-                    ));
-                }
-                return Ok(());
-            }
-            self.core.ledger.audit_all(&audit).await?;
-        }
-
-        let env = CallEnv::new(
-            self.core.ledger.clone(),
-            self.core.permissions.clone(),
-            self.core.tools.clone(),
-        )
-        .protecting(self.core.protected.clone());
-        let request = CallRequest {
-            ctx,
-            tool: def,
+        let step = &self.step;
+        let repeats = doom::repeats(
+            step.history,
+            &step.info.parent_id,
+            self.calls.parts(),
+            &name,
+            &input,
+        );
+        let admitted = admission::admit(Proposal {
+            call_id,
+            name: &name,
             input,
-            rules,
+            session: step.session,
+            message_id: step.info.id.clone(),
+            agent: step.agent,
+            offered: &step.tools,
+            repeats,
             cancel: self.cancel.child_token(),
-            progress: Arc::new(|_, _| {}),
-        };
-        self.runs.spawn(env, request);
+        });
+        match admitted {
+            Ok(request) => self.runs.spawn(self.core.call_env(), request),
+            Err(failure) => self.calls.fail(idx, None, &failure, &[]).await?,
+        }
         Ok(())
     }
 
@@ -644,11 +588,24 @@ impl<'a> Turn<'a> {
                 outcome,
                 audit,
                 refusal,
+                repeats,
             } => {
                 let outcome = *outcome;
                 self.runs.ended();
                 if let CallOutcome::Failed { failure, .. } = &outcome {
                     let name = self.calls.name(&call_id).unwrap_or_default();
+                    if matches!(failure, CallFailure::DoomLoop { .. })
+                        && refusal.is_none()
+                        && repeats >= doom::GIVE_UP
+                    {
+                        // Refused by a rule and still at it: asking again
+                        // would go on for ever (whatever
+                        // continue_loop_on_deny says).
+                        self.stopped.get_or_insert(format!(
+                            "the model called `{name}` {repeats} times in a row with the same arguments, though told after {} that the doom_loop permission does not allow it; the loop stopped",
+                            doom::THRESHOLD
+                        ));
+                    }
                     self.stop_for(&call_id, &name, failure, refusal);
                 }
                 self.calls.finish(&call_id, outcome, &audit).await
@@ -700,25 +657,5 @@ impl Turn<'_> {
         self.stopped.get_or_insert(format!(
             "stopped after the call `{name}` ({call_id}) failed because {said}: {failure}. Send another prompt to go on, or set experimental.continue_loop_on_deny to let the model go on by itself"
         ));
-    }
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-fn clip(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        let kept: String = s.chars().take(max).collect();
-        format!("{kept}…")
     }
 }

@@ -22,6 +22,8 @@ pub(super) enum Feedback {
         audit: Vec<AuditEntry>,
         /// Why a question of the call ended without a yes, if one did.
         refusal: Option<Refusal>,
+        /// The call's [`CallRequest::repeats`].
+        repeats: usize,
     },
     /// A guest reported progress; the latest report is in the slot (reports
     /// that come faster than they are written replace each other).
@@ -78,6 +80,7 @@ impl Runs {
             }
         });
         let done_tx = self.feedback.clone();
+        let repeats = request.repeats;
         self.in_flight += 1;
         self.tasks.spawn(async move {
             let report = boundary::run_audited(&env, request).await;
@@ -86,6 +89,7 @@ impl Runs {
                 outcome: Box::new(report.outcome),
                 audit: report.audit,
                 refusal: report.refusal,
+                repeats,
             });
         });
     }

@@ -1,30 +1,28 @@
 //! The doom loop: the same tool with the same arguments, called
 //! [`THRESHOLD`] times in a row in one prompt's run, is put to the gate as
-//! the `doom_loop` permission.
+//! the `doom_loop` permission before anything else of the call.
 
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 use warden_protocol::{MessageWithParts, Part, PartBody, ToolState};
 
-use super::super::history::assistant;
-use crate::boundary::gate::{self, Gate, Question, Rules, Verdict};
-use crate::boundary::{Outcome, Stage, Trail};
-use crate::ledger::{AuditEntry, Ledger};
-use crate::permission::Permissions;
-use crate::tool::CallContext;
+use super::Call;
+use super::audit::{Outcome, Stage};
+use super::failure::CallFailure;
+use super::gate::{self, Question, Verdict};
+use crate::session::history::assistant;
 
 /// The last this many tool calls identical → ask `doom_loop`.
-pub(super) const THRESHOLD: usize = 3;
+pub const THRESHOLD: usize = 3;
 /// A model refused `doom_loop` by a rule that still repeats the call this
 /// many times in a row is stuck: the loop stops.
-pub(super) const GIVE_UP: usize = 2 * THRESHOLD;
+pub const GIVE_UP: usize = 2 * THRESHOLD;
 
 /// How many calls in a row, ending with this one, in this run (across
 /// this prompt's assistant messages) are the same tool with the same
 /// arguments.
-pub(super) fn repeats(
+pub(crate) fn repeats(
     history: &[Arc<MessageWithParts>],
     user_id: &warden_protocol::MessageId,
     this_step: &[Part],
@@ -53,36 +51,31 @@ pub(super) fn repeats(
         .count()
 }
 
-/// Put the repeated call to the gate; the audit rows are returned to be
-/// written with the call's transition.
-pub(super) async fn allowed(
-    ledger: &Ledger,
-    permissions: &Permissions,
-    rules: &Rules,
-    ctx: &CallContext,
-    cancel: &CancellationToken,
-    name: &str,
-    input: &Value,
-) -> (Verdict, Vec<AuditEntry>) {
-    let trail = Trail::new(ctx);
-    let eval = match rules
-        .evaluate(ledger, "doom_loop", &[name.to_string()])
+/// The doom-loop stage, first of a repeated call's stages: the `doom_loop`
+/// question is settled by the call's own gate, so its audit rows are the
+/// call's (written with its terminal state, one transaction) and a question
+/// waits in the call's task, never in the turn's stream loop.
+pub(super) async fn check(call: &Call<'_>, input: &Value) -> Result<(), CallFailure> {
+    let name = &call.req.tool.id;
+    let refused = || CallFailure::DoomLoop {
+        tool: name.clone(),
+        times: THRESHOLD,
+    };
+    let eval = match call
+        .req
+        .rules
+        .evaluate(&call.env.ledger, "doom_loop", std::slice::from_ref(name))
         .await
     {
         Ok(eval) => eval,
         Err(e) => {
             tracing::warn!("the session's rules could not be read for the doom-loop guard: {e}");
-            return (
-                Verdict::Denied {
-                    rule: "(the rules could not be read)".into(),
-                },
-                Vec::new(),
-            );
+            return Err(refused());
         }
     };
     let question = Question {
         permission: "doom_loop".into(),
-        patterns: vec![name.to_string()],
+        patterns: vec![name.clone()],
         metadata: json!({"tool": name, "input": input}),
         stage: Stage::Permission,
         subject: "doom_loop".into(),
@@ -92,12 +85,8 @@ pub(super) async fn allowed(
         // A rule's answer is the config's: only a question is audited.
         quiet: true,
     };
-    let gate = Gate {
-        permissions,
-        trail: &trail,
-        ctx,
-        cancel,
-    };
-    let verdict = gate::decide(&gate, question, eval).await;
-    (verdict, trail.take())
+    match gate::decide(&call.gate(), question, eval).await {
+        Verdict::Allowed => Ok(()),
+        Verdict::Denied { .. } | Verdict::Rejected { .. } => Err(refused()),
+    }
 }
