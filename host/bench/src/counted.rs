@@ -86,8 +86,8 @@ impl Store for Counted {
     fn name(&self) -> &str {
         self.inner.name()
     }
-    fn start_relay(&self, bus: &warden_core::Bus) {
-        self.inner.start_relay(bus)
+    fn outbox(&self) -> Option<Arc<dyn warden_core::ledger::outbox::Outbox>> {
+        self.inner.outbox()
     }
     async fn replay(&self, after: i64, session: Option<&SessionId>) -> Result<Option<Replay>> {
         read!(self, "replay", self.inner.replay(after, session))

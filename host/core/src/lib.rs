@@ -1,5 +1,6 @@
-//! The warden agent core: the session ledger, the run loop, the turn,
-//! permissions and the event bus. Models are reached only through the
+//! The warden agent core: the session ledger (above its storage in
+//! warden-ledger), the run loop, the turn, the boundary, permissions, the
+//! event bus and the relay between hosts ([`relay`]). Models are reached only through the
 //! `warden_llm` seam (`ModelResolver` → `ResolvedModel` → `Provider`). It never prints and knows
 //! nothing of wasmtime: guests run behind the [`tool::Registry`] of tool sources and hook hosts, and
 //! front ends only consume [`bus`] events.
@@ -7,8 +8,9 @@
 //! Where to start reading: [`session`] (`Core::prompt` → the session's actor,
 //! which holds its lease → [`session::run_loop`] → [`session::turn`]), then
 //! [`ledger`] (`Ledger`: bus, fences and held-session cache, above
-//! [`ledger::Store`], the storage interface `ledger/sqlite/` implements,
-//! whose every write checks the lease's fence in its own transaction) and
+//! [`ledger::Store`], the storage interface warden-ledger's backends
+//! implement, whose every write checks the lease's fence in its own
+//! transaction) and
 //! [`boundary`]
 //! (the host boundary: permission, hooks, guest, audit). The
 //! tool state machine itself is `warden_protocol::tool_state`.
@@ -18,11 +20,12 @@
 pub mod agent;
 pub mod boundary;
 pub mod bus;
-pub mod clock;
+pub use warden_ledger::clock;
 pub mod config;
 pub mod error;
 pub mod ledger;
 pub mod permission;
+pub mod relay;
 pub mod session;
 pub use warden_tool as tool;
 

@@ -4,7 +4,7 @@
 //! it missed (and can re-read current state from the ledger).
 //!
 //! **Across hosts.** A ledger shared by several hosts (PostgreSQL) connects
-//! a relay to the bus ([`Bus::connect_relay`]; see `ledger/postgres/relay.rs`).
+//! a relay to the bus ([`Bus::connect_relay`]; see [`crate::relay`]).
 //! From then on every event published here with [`Bus::publish`] is also
 //! handed to the relay, which sends it to the other hosts; events that
 //! arrive from them are published with [`Bus::publish_relayed`], which
@@ -48,7 +48,7 @@ pub struct Bus {
     ordered: broadcast::Sender<Arc<Numbered>>,
     /// The lease epoch this process holds a session at, if any (set by the
     /// ledger): sent with each event to the relay, so other hosts can drop
-    /// a stale runner's late events (see `ledger/postgres/relay`).
+    /// a stale runner's late events (see [`crate::relay`]).
     epochs: Arc<OnceLock<EpochOf>>,
 }
 

@@ -2,11 +2,12 @@
 //! parts, which the loop re-reads every round. Nothing the loop needs lives
 //! only in memory.
 //!
-//! Two layers. [`Store`] (in `store.rs`) is the storage interface a backend
-//! implements — sessions, messages, parts, timeline, audit, phases, leases
-//! and the fenced write — with its own error type and no bus or cache;
-//! `sqlite/` implements it on one SQLite file, and a PostgreSQL backend is
-//! the next. [`Ledger`] (this file) is what the rest of the core uses: it
+//! Two layers. [`Store`] (warden-ledger's `store.rs`) is the storage
+//! interface a backend implements — sessions, messages, parts, timeline,
+//! audit, phases, leases and the fenced write — with its own error type and
+//! no bus or cache; warden-ledger's `sqlite/` implements it on one SQLite
+//! file and `postgres/` on a database several hosts share. [`Ledger`]
+//! (this file) is what the rest of the core uses: it
 //! holds an `Arc<dyn Store>`, publishes every write on the [`Bus`] after it
 //! commits, keeps the fences of the leases this process holds (and passes
 //! them to every write of those sessions), and keeps a copy of the held
@@ -19,25 +20,16 @@
 //! between awaits, never across one.
 
 pub mod audit_query;
-mod error;
-pub mod id;
-pub mod phase;
 mod queue;
-mod record;
-pub mod sqlite;
-pub mod store;
-// The PostgreSQL backend, choosing a backend from a location, moving ledgers.
-#[cfg(test)]
-mod contract;
-pub mod location;
-pub mod migrate;
-pub mod postgres;
+
+// The storage below, from warden-ledger (the only crate with a driver).
+pub use warden_ledger::{
+    AuditEntry, Fence, IntegrityReport, LeaseHeld, LedgerError, PartEvent, PromptState,
+    QueuedPrompt, SqliteStore, Store, TimelineRow, check_file, id, location, migrate, outbox,
+    phase, postgres, sqlite, store,
+};
 
 pub use audit_query::{AuditFilter, DecisionClass};
-pub use error::LedgerError;
-pub use record::{AuditEntry, PartEvent};
-pub use sqlite::{IntegrityReport, SqliteStore, check_file};
-pub use store::{Fence, LeaseHeld, PromptState, QueuedPrompt, Store, TimelineRow};
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -49,9 +41,9 @@ use warden_protocol::{
 };
 
 use crate::bus::Bus;
-use crate::clock::now_ms;
 use crate::error::{CoreError, Result};
 use phase::{Phase, PhaseKind};
+use warden_ledger::clock::now_ms;
 
 /// How a part write is recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,7 +139,9 @@ impl Ledger {
             let fences = epochs.lock().unwrap_or_else(|p| p.into_inner());
             fences.get(session).map(|f| f.epoch)
         }));
-        store.start_relay(&bus);
+        if let Some(outbox) = store.outbox() {
+            crate::relay::start(outbox, &bus);
+        }
         Ledger {
             store,
             bus,

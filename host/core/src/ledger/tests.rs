@@ -488,8 +488,9 @@ fn user_message_with(session: &SessionId, id: &str, created: i64) -> MessageInfo
 
 #[tokio::test]
 async fn a_call_is_one_audit_row_and_reads_back_entry_by_entry() {
-    let store = Arc::new(SqliteStore::in_memory().unwrap());
-    let l = Ledger::new(store.clone(), Bus::new());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    let l = Ledger::open(&path, Bus::new()).unwrap();
     let s = l.create_session("/w", "t").await.unwrap();
     let info = user_message(&s.id);
     l.put_message(&info).await.unwrap();
@@ -514,8 +515,10 @@ async fn a_call_is_one_audit_row_and_reads_back_entry_by_entry() {
         entry("after", Some(&"a".repeat(64)), 12),
     ];
     l.audit_all(&entries).await.unwrap();
-    let rows: i64 =
-        store.with_conn(|c| c.query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0)));
+    let rows: i64 = Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(rows, 1);
     let back = l.audit_trail(&s.id).await.unwrap();
     let expected: Vec<AuditEntry> = entries
@@ -605,4 +608,64 @@ async fn a_checkpoint_that_meets_another_checkpoint_waits_its_turn() {
     );
     reader.join().unwrap();
     assert_eq!(other.join().unwrap(), 0);
+}
+#[tokio::test]
+async fn marks_come_back_in_order() {
+    let ledger = Ledger::in_memory(Bus::new()).unwrap();
+    let s = ledger.create_session("/w", "t").await.unwrap();
+    let m = MessageId("msg_1".into());
+    let kinds = [
+        PhaseKind::ModelRequest { attempt: 1 },
+        PhaseKind::RetryWait {
+            attempt: 1,
+            until: 30,
+            message: "overloaded".into(),
+        },
+        PhaseKind::ModelRequest { attempt: 2 },
+        PhaseKind::FirstToken,
+        PhaseKind::StepFinish {
+            reason: "stop".into(),
+        },
+    ];
+    // The message the marks belong to must exist (marks point at its key).
+    ledger
+        .put_message(&warden_protocol::MessageInfo::User(
+            warden_protocol::UserInfo {
+                id: m.clone(),
+                session_id: s.id.clone(),
+                time: warden_protocol::MessageTime::at(0),
+                agent: "build".into(),
+                model: warden_protocol::ModelRef {
+                    provider: "scripted".into(),
+                    model: "x".into(),
+                },
+            },
+        ))
+        .await
+        .unwrap();
+    let marks: Vec<(i64, PhaseKind)> = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (10 * i as i64, k.clone()))
+        .collect();
+    ledger
+        .mark_phases(&s.id, Some(&m), &marks[..2])
+        .await
+        .unwrap();
+    ledger
+        .mark_phases(&s.id, Some(&m), &marks[2..])
+        .await
+        .unwrap();
+    let got = ledger.phases(&s.id).await.unwrap();
+    assert!(got.iter().all(|p| p.message_id.as_ref() == Some(&m)));
+    assert_eq!(
+        got.iter()
+            .map(|p| (p.seq, p.at, p.kind.clone()))
+            .collect::<Vec<_>>(),
+        kinds
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (i as i64 + 1, 10 * i as i64, k.clone()))
+            .collect::<Vec<_>>()
+    );
 }
