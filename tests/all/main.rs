@@ -18,6 +18,7 @@ mod full_disk;
 mod hooks;
 mod hostile_clients;
 mod hosts;
+mod layout;
 mod lease_fence;
 mod ledger_damage;
 mod loop_fidelity;

@@ -5,6 +5,8 @@
 //! (one ledger: a SQLite file or a PostgreSQL database) and opens as many
 //! stores on it as it needs: two stores on one place stand for two
 //! processes (or two hosts).
+//!
+//! Long: test code only (`#[cfg(test)]`): the whole contract in one place, each check next to the others.
 
 use std::sync::Arc;
 

@@ -1,6 +1,8 @@
 //! Connections, as a server on a public address needs them: every one is
 //! bounded in time and count before a byte of it is authenticated.
 //!
+//! Long: one mechanic, a connection's life from accept to close, whose bounds are checked against each other.
+//!
 //! - **Timeouts.** A connection waiting for a request (the first, or the
 //!   next one on a kept-alive connection) is closed after
 //!   [`Limits::idle_timeout`]; one whose request headers have begun must

@@ -2,6 +2,8 @@
 //! parts, which the loop re-reads every round. Nothing the loop needs lives
 //! only in memory.
 //!
+//! Long: the one facade every write goes through; publish-after-commit and the fence rule are kept beside every method.
+//!
 //! Two layers. [`Store`] (warden-ledger's `store.rs`) is the storage
 //! interface a backend implements — sessions, messages, parts, timeline,
 //! audit, phases, leases and the fenced write — with its own error type and
