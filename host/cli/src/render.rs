@@ -17,6 +17,7 @@ use warden_protocol::{
 };
 
 use crate::Format;
+use crate::session_cmd::clip;
 use crate::spinner::Spinner;
 
 /// Output held back while a question is on the terminal (`Some` while one is).
@@ -245,15 +246,6 @@ fn tool_detail(state: &ToolState) -> String {
             };
             format!("{what}  {} ms  {}", time.end - time.start, clip(error, 200))
         }
-    }
-}
-
-fn clip(s: &str, max: usize) -> String {
-    let one_line = s.replace('\n', " ");
-    if one_line.chars().count() <= max {
-        one_line
-    } else {
-        format!("{}…", one_line.chars().take(max).collect::<String>())
     }
 }
 

@@ -172,6 +172,7 @@ pub fn time(ms: i64) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
+/// At most `max` characters of `s` on one line, marked `…` when cut.
 pub fn clip(s: &str, max: usize) -> String {
     let one = s.replace('\n', " ");
     if one.chars().count() <= max {

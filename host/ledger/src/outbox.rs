@@ -26,6 +26,18 @@ pub struct Item {
     pub epoch: Option<i64>,
 }
 
+impl Item {
+    /// A bus event of `session`, as JSON.
+    pub fn event(session: &str, event: &warden_protocol::Event, epoch: Option<i64>) -> Item {
+        Item {
+            session: session.to_string(),
+            kind: "event",
+            body: serde_json::to_string(event).unwrap_or_default(),
+            epoch,
+        }
+    }
+}
+
 /// One row of the outbox.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {

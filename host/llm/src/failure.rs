@@ -263,15 +263,7 @@ pub fn retry_after(ms: Option<&str>, header: Option<&str>, now: SystemTime) -> O
     )
 }
 
-/// At most `max` characters, marked when cut.
-pub fn clip(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        let kept: String = s.chars().take(max).collect();
-        format!("{kept}…")
-    }
-}
+pub use warden_protocol::text::clip;
 
 #[cfg(test)]
 mod tests {

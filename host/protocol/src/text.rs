@@ -51,6 +51,16 @@ pub fn json_terminal_safe(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// At most `max` characters of `s`, marked `…` when cut.
+pub fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let kept: String = s.chars().take(max).collect();
+        format!("{kept}…")
+    }
+}
+
 /// A short, terminal-safe rendering of untrusted text for an error message
 /// or a log line: at most 80 characters, one line.
 pub fn shown(s: &str) -> String {

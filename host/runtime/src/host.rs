@@ -384,11 +384,9 @@ impl ToolSource for WasmHost {
     }
 
     fn offers(&self, tool: &ToolDef) -> bool {
-        self.by_name.get(&tool.guest.plugin).is_some_and(|p| {
-            p.tools()
-                .iter()
-                .any(|t| t.id == tool.id && t.guest == tool.guest)
-        })
+        self.by_name
+            .get(&tool.guest.plugin)
+            .is_some_and(|p| p.tools().iter().any(|t| t.is(tool)))
     }
 
     async fn execute(
@@ -435,20 +433,19 @@ impl HookHost for WasmHost {
 
     async fn before(&self, call: &HookCall<'_>) -> Result<BeforeDecision, GuestError> {
         use Before as W;
-        let HookCall {
-            hook,
-            ctx,
-            tool,
-            arguments,
-            ..
-        } = *call;
-        let observer = call.observer.clone();
-        let plugin = self.hook_plugin(hook)?;
+        let plugin = self.hook_plugin(call.hook)?;
         let (guest, limits) = (plugin.guest().to_string(), &plugin.limits);
         let (decision, _) = self
-            .call_guest(plugin, ctx, observer, async |store, instance| {
-                instance.hook()?.before(store, ctx, tool, arguments).await
-            })
+            .call_guest(
+                plugin,
+                call.ctx,
+                call.observer.clone(),
+                async |store, instance| {
+                    let hook = instance.hook()?;
+                    hook.before(store, call.ctx, call.tool, call.arguments)
+                        .await
+                },
+            )
             .await?;
         let size = match &decision {
             W::Allow => 0,
@@ -474,15 +471,7 @@ impl HookHost for WasmHost {
         call: &HookCall<'_>,
         output: &ToolOutput,
     ) -> Result<AfterDecision, GuestError> {
-        let HookCall {
-            hook,
-            ctx,
-            tool,
-            arguments,
-            ..
-        } = *call;
-        let observer = call.observer.clone();
-        let plugin = self.hook_plugin(hook)?;
+        let plugin = self.hook_plugin(call.hook)?;
         let (guest, limits) = (plugin.guest().to_string(), &plugin.limits);
         let current = RawOutput {
             output: output.output.clone(),
@@ -490,12 +479,16 @@ impl HookHost for WasmHost {
             metadata: output.metadata.to_string(),
         };
         let (decision, _) = self
-            .call_guest(plugin, ctx, observer, async |store, instance| {
-                instance
-                    .hook()?
-                    .after(store, ctx, tool, arguments, &current)
-                    .await
-            })
+            .call_guest(
+                plugin,
+                call.ctx,
+                call.observer.clone(),
+                async |store, instance| {
+                    let hook = instance.hook()?;
+                    hook.after(store, call.ctx, call.tool, call.arguments, &current)
+                        .await
+                },
+            )
             .await?;
         match decision {
             After::Keep => Ok(AfterDecision::Keep),

@@ -83,6 +83,11 @@ pub struct ToolDef {
 }
 
 impl ToolDef {
+    /// Whether `other` is this very tool: the same id from the same guest.
+    pub fn is(&self, other: &ToolDef) -> bool {
+        self.id == other.id && self.guest == other.guest
+    }
+
     /// Whether an `allow` by a rule for `permission` may let this tool run
     /// unasked: any rule may for a mapped, sandboxed tool; for an unmapped
     /// one only a rule naming its permission; for an MCP server's only a

@@ -25,9 +25,7 @@ pub trait ToolSource: Send + Sync {
     /// default looks it up in [`ToolSource::tools`]; a source with an index
     /// answers from that.
     fn offers(&self, tool: &ToolDef) -> bool {
-        self.tools()
-            .iter()
-            .any(|t| t.id == tool.id && t.guest == tool.guest)
+        self.tools().iter().any(|t| t.is(tool))
     }
 
     /// Run one call. `arguments` is the JSON object the call ended up with

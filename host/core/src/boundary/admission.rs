@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use warden_protocol::text::clip;
 use warden_protocol::{CallId, MessageId, SessionInfo};
 
 use super::{CallFailure, CallRequest, Rules};
@@ -88,15 +89,6 @@ fn json_kind(v: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
-    }
-}
-
-fn clip(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        let kept: String = s.chars().take(max).collect();
-        format!("{kept}…")
     }
 }
 

@@ -123,12 +123,7 @@ pub fn encode(batch: Vec<Outgoing>) -> Vec<Item> {
     merged
         .into_iter()
         .filter_map(|o| match o {
-            Outgoing::Event(e, epoch) => Some(Item {
-                session: e.session_id().to_string(),
-                kind: "event",
-                body: serde_json::to_string(&*e).ok()?,
-                epoch,
-            }),
+            Outgoing::Event(e, epoch) => Some(Item::event(e.session_id().as_str(), &e, epoch)),
             Outgoing::Answer(a) => Some(Item {
                 session: a.session_id.to_string(),
                 kind: "answer",

@@ -19,19 +19,6 @@ async fn sql(url: &str) -> tokio_postgres::Client {
     client
 }
 
-fn warning(session: &str, n: usize) -> Item {
-    let event = Event::SessionWarning {
-        session_id: SessionId(session.into()),
-        message: n.to_string(),
-    };
-    Item {
-        session: session.into(),
-        kind: "event",
-        body: serde_json::to_string(&event).unwrap(),
-        epoch: None,
-    }
-}
-
 fn delta(part: &str, text: &str, delta: &str) -> Outgoing {
     let part = serde_json::from_value(json!({
         "id": part, "sessionID": "ses_a", "messageID": "msg_1", "type": "text", "text": text
@@ -210,9 +197,12 @@ async fn a_host_that_missed_notifications_catches_up_from_the_outbox() {
 async fn a_stale_runner_s_late_events_are_dropped_by_every_reader() {
     let store = PgStore::open(&warden_pg_harness::database()).await.unwrap();
     let outbox = store.outbox().unwrap();
-    let at = |session: &str, n: usize, epoch: Option<i64>| Item {
-        epoch,
-        ..warning(session, n)
+    let at = |session: &str, n: usize, epoch: Option<i64>| {
+        let said = Event::SessionWarning {
+            session_id: SessionId(session.into()),
+            message: n.to_string(),
+        };
+        Item::event(session, &said, epoch)
     };
     // The new runner (epoch 2) first, then the old one's late rows (epoch 1).
     outbox

@@ -184,6 +184,11 @@ async fn tool_timeline(s: &Setup) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The session's audit trail, in order.
+async fn audit(s: &Setup) -> Vec<crate::ledger::AuditEntry> {
+    s.core.ledger().audit_trail(&s.session.id).await.unwrap()
+}
+
 async fn tool_states(s: &Setup) -> Vec<ToolState> {
     s.core
         .ledger()
@@ -797,25 +802,41 @@ fn finish(reason: warden_protocol::FinishReason) -> [LlmEvent; 2] {
     ]
 }
 
-#[tokio::test]
-async fn an_always_answer_applies_at_once_to_a_later_call_of_the_same_step() {
+/// A prompt under way on a model whose two steps the test streams by hand,
+/// with a person attached to answer questions and the bus watched.
+type Attended = (
+    Setup,
+    [tokio::sync::mpsc::UnboundedSender<LlmEvent>; 2],
+    tokio::sync::broadcast::Receiver<Arc<Event>>,
+    tokio::task::JoinHandle<crate::Result<MessageWithParts>>,
+    crate::permission::AttachGuard,
+);
+
+async fn attended(config: &str) -> Attended {
     use tokio::sync::mpsc::unbounded_channel;
-    use warden_protocol::{FinishReason, PermissionReply};
     let (step1, rx1) = unbounded_channel();
     let (step2, rx2) = unbounded_channel();
     let remote = Arc::new(Remote(Mutex::new([rx1, rx2].into())));
     let s = setup_with(
         json!({"turns": []}),
-        r#"{"permission": {"echo": "ask"}}"#,
+        config,
         RustTools::default(),
         Some(remote as Arc<dyn warden_llm::Provider>),
     )
     .await;
     let _attached = s.core.permissions().attach();
-    let mut events = s.core.bus().subscribe();
+    let events = s.core.bus().subscribe();
     let core = s.core.clone();
     let input = prompt(&s, "go");
     let run = tokio::spawn(async move { core.prompt(input).await });
+    (s, [step1, step2], events, run, _attached)
+}
+
+#[tokio::test]
+async fn an_always_answer_applies_at_once_to_a_later_call_of_the_same_step() {
+    use warden_protocol::{FinishReason, PermissionReply};
+    let (s, [step1, step2], mut events, run, _attached) =
+        attended(r#"{"permission": {"echo": "ask"}}"#).await;
 
     step1.send(LlmEvent::StartStep).unwrap();
     step1
@@ -876,12 +897,8 @@ async fn an_always_answer_applies_at_once_to_a_later_call_of_the_same_step() {
         *s.tools.ran.lock().unwrap(),
         [r#"echo {"path":"a"}"#, r#"echo {"path":"a"}"#]
     );
-    let trail: Vec<[String; 5]> = s
-        .core
-        .ledger()
-        .audit_trail(&s.session.id)
+    let trail: Vec<[String; 5]> = audit(&s)
         .await
-        .unwrap()
         .into_iter()
         .filter(|a| a.stage != "tool")
         .map(|a| {
@@ -906,23 +923,9 @@ async fn an_always_answer_applies_at_once_to_a_later_call_of_the_same_step() {
 
 #[tokio::test]
 async fn the_doom_question_waits_in_its_call_while_the_stream_goes_on() {
-    use tokio::sync::mpsc::unbounded_channel;
     use warden_protocol::{FinishReason, PermissionReply};
-    let (step1, rx1) = unbounded_channel();
-    let (step2, rx2) = unbounded_channel();
-    let remote = Arc::new(Remote(Mutex::new([rx1, rx2].into())));
-    let s = setup_with(
-        json!({"turns": []}),
-        r#"{"permission": {"doom_loop": "ask"}}"#,
-        RustTools::default(),
-        Some(remote as Arc<dyn warden_llm::Provider>),
-    )
-    .await;
-    let _attached = s.core.permissions().attach();
-    let mut events = s.core.bus().subscribe();
-    let core = s.core.clone();
-    let input = prompt(&s, "go");
-    let run = tokio::spawn(async move { core.prompt(input).await });
+    let (s, [step1, step2], mut events, run, _attached) =
+        attended(r#"{"permission": {"doom_loop": "ask"}}"#).await;
     // The waits below are bounded only so that a stream loop held by the
     // question fails the test instead of hanging it: not a measure of speed.
     let bound = std::time::Duration::from_secs(20);
@@ -986,12 +989,8 @@ async fn the_doom_question_waits_in_its_call_while_the_stream_goes_on() {
     assert_eq!(s.tools.ran.lock().unwrap().len(), 3, "allowed once, it ran");
 
     // The question's row is the call's own, before its tool's.
-    let rows: Vec<[String; 3]> = s
-        .core
-        .ledger()
-        .audit_trail(&s.session.id)
+    let rows: Vec<[String; 3]> = audit(&s)
         .await
-        .unwrap()
         .into_iter()
         .filter(|a| a.call_id.as_deref() == Some("c2"))
         .map(|a| [a.stage, a.subject, a.decision])

@@ -147,7 +147,7 @@ impl McpTools {
         self.servers.iter().find_map(|s| {
             s.tools
                 .iter()
-                .find(|(d, _)| d.id == tool.id && d.guest == tool.guest)
+                .find(|(d, _)| d.is(tool))
                 .map(|(_, remote)| (s, remote.as_str()))
         })
     }

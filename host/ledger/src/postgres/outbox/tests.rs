@@ -10,12 +10,7 @@ fn warning(session: &str, n: usize) -> Item {
         session_id: SessionId(session.into()),
         message: n.to_string(),
     };
-    Item {
-        session: session.into(),
-        kind: "event",
-        body: serde_json::to_string(&event).unwrap(),
-        epoch: None,
-    }
+    Item::event(session, &event, None)
 }
 
 /// The classic pitfall of tailing a table by a sequence: numbers are given
