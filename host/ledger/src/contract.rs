@@ -539,6 +539,51 @@ pub(crate) async fn writers_at_once_all_land(place: Place) {
     );
 }
 
+/// A session read while another store keeps adding messages with a part
+/// each reads as one moment of it: every read succeeds, each part with its
+/// message, and no read sees fewer messages than the one before.
+pub(crate) async fn a_read_is_one_moment_while_another_store_writes(place: Place) {
+    const WRITES: usize = 150;
+    let (writer, reader) = (place.open().await, place.open().await);
+    let s = session(1);
+    writer.create_session(&s).await.unwrap();
+    let id = s.id.clone();
+    let writing = tokio::spawn(async move {
+        for n in 0..WRITES {
+            let message = user(&id);
+            assert!(writer.put_message(&message, None).await.unwrap());
+            let text = part_of(
+                &message,
+                PartBody::Text {
+                    text: n.to_string(),
+                    synthetic: false,
+                    time: None,
+                    ignored: false,
+                },
+            );
+            writer.put_part(&text, None, &[], None).await.unwrap();
+        }
+    });
+    let mut seen = 0;
+    loop {
+        let done = writing.is_finished();
+        let messages = reader
+            .messages(&s.id)
+            .await
+            .unwrap_or_else(|e| panic!("a read beside a writer failed after {seen} messages: {e}"));
+        assert!(messages.len() >= seen, "a later read saw fewer messages");
+        seen = messages.len();
+        for m in &messages {
+            assert!(m.parts.iter().all(|p| &p.message_id == m.info.id()));
+        }
+        if done {
+            break;
+        }
+    }
+    writing.await.unwrap();
+    assert_eq!(seen, WRITES);
+}
+
 /// A session with something of every kind: messages, a text part, a tool
 /// call through three states (timeline), audit entries of two calls (one
 /// with a guest hash), phase marks with and without a message.
@@ -725,6 +770,7 @@ on_every_backend!(
     two_stores_taking_one_lease_at_once_get_one_fence,
     writers_at_once_all_land,
     a_step_ends_whole_or_not_at_all,
+    a_read_is_one_moment_while_another_store_writes,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -67,6 +67,17 @@ const STATEMENT: Duration = Duration::from_secs(60);
 /// fence check and the per-session numbering rely on each statement seeing
 /// what committed before it (a snapshot taken at the first statement would
 /// miss the rows of the writer it waited for).
+/// A read-only transaction seeing one moment of the database, for a read
+/// of more than one query.
+async fn snapshot(client: &mut PgClient) -> Result<Transaction<'_>> {
+    Ok(client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await?)
+}
+
 pub(crate) async fn begin(client: &mut PgClient) -> Result<Transaction<'_>> {
     Ok(client
         .build_transaction()
@@ -434,8 +445,13 @@ impl Store for PgStore {
     }
 
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
-        let c = self.client().await?;
-        messages::read(&c, session).await
+        let mut c = self.client().await?;
+        // Headers and parts are two queries: read both in one snapshot, or a
+        // message written between them would bring a part without it.
+        let tx = snapshot(&mut c).await?;
+        let out = messages::read(&tx, session).await?;
+        tx.commit().await?;
+        Ok(out)
     }
 
     async fn part_events(&self, session: &SessionId) -> Result<Vec<PartEvent>> {
@@ -573,12 +589,7 @@ impl Store for PgStore {
     async fn export_session(&self, id: &SessionId) -> Result<Option<SessionExport>> {
         let mut c = self.client().await?;
         // One snapshot: the session as it was at one moment.
-        let tx = c
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await?;
+        let tx = snapshot(&mut c).await?;
         let out = export::export(&tx, id).await?;
         tx.commit().await?;
         Ok(out)

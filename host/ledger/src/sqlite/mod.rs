@@ -285,7 +285,16 @@ impl Store for SqliteStore {
 
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
         let session = session.clone();
-        self.run_there(move |c| messages::read(c, &session)).await
+        self.run_there(move |c| {
+            // Headers and parts are two queries: one read transaction, one
+            // snapshot of the file, or a message another process wrote
+            // between them would bring a part without it.
+            let tx = c.transaction()?;
+            let out = messages::read(&tx, &session)?;
+            tx.commit()?;
+            Ok(out)
+        })
+        .await
     }
 
     async fn part_events(&self, session: &SessionId) -> Result<Vec<PartEvent>> {
