@@ -117,6 +117,11 @@ pub async fn cold_start(work: &Path, warden: &Path) -> Result<Vec<Row>> {
     let project = work.join("p3");
     std::fs::create_dir_all(&project)?;
     let data = work.join("p3-data");
+    // The operator's config (`--config`), not the project's own warden.json,
+    // which is not trusted until `warden trust` and could not be: its bytes
+    // change with the mock's port every run.
+    let config = work.join("p3-config.json");
+    let config_arg = config.display().to_string();
     let mut rows = Vec::new();
     for (label, runs) in [("fresh data dir", 1usize), ("used data dir", 5)] {
         let mut samples = Vec::new();
@@ -125,7 +130,7 @@ pub async fn cold_start(work: &Path, warden: &Path) -> Result<Vec<Row>> {
             let mock = crate::mock::start(0, "echo", "{}", epoch).await;
             // 7 built-ins (webfetch granted a host), 2 fixture tool plugins, 1 hook.
             std::fs::write(
-                project.join("warden.json"),
+                &config,
                 json!({
                     "builtin_grants": {"webfetch": {"hosts": ["127.0.0.1"], "timeout_ms": 60000}},
                     "provider": {"bench": {"api": "openai-chat", "base_url": format!("http://127.0.0.1:{}/v1", mock.port)}},
@@ -141,7 +146,7 @@ pub async fn cold_start(work: &Path, warden: &Path) -> Result<Vec<Row>> {
             tokio::task::block_in_place(|| {
                 run_binary(
                     warden,
-                    &["run", "--model", "bench/m", "hi"],
+                    &["run", "--config", &config_arg, "--model", "bench/m", "hi"],
                     &data,
                     &project,
                 )
