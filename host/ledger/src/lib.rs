@@ -14,6 +14,7 @@
 //! rules), then [`sqlite`] (`connection.rs`: who waits for the file's locks)
 //! and [`postgres`].
 
+mod assemble;
 pub mod clock;
 mod error;
 pub mod id;

@@ -4,8 +4,9 @@
 use deadpool_postgres::{GenericClient, Transaction};
 use warden_protocol::{MessageInfo, MessageWithParts, Part, SessionId};
 
-use super::{NOW, Result, decode};
+use super::{NOW, Result};
 use crate::LedgerError;
+use crate::assemble::{attach_parts, decode};
 
 pub fn encode_message(info: &MessageInfo) -> Result<String> {
     serde_json::to_string(info).map_err(|e| LedgerError::encode("a message", e))
@@ -93,27 +94,8 @@ pub async fn read(c: &impl GenericClient, session: &SessionId) -> Result<Vec<Mes
             &[&session.as_str()],
         )
         .await?;
-    let mut idx = 0;
-    for r in parts {
-        let message: String = r.get(0);
-        let id: String = r.get(1);
-        let body: String = r.get(2);
-        // Both lists are in message id order, so one forward walk pairs them.
-        while idx < out.len() && out[idx].info.id().as_str() != message {
-            idx += 1;
-        }
-        let Some(m) = out.get_mut(idx) else {
-            return Err(LedgerError::Corrupt {
-                what: format!("part {id}"),
-                reason: "its message is missing".into(),
-            });
-        };
-        m.parts.push(Part {
-            body: decode(&body, || format!("part {id}"))?,
-            id: id.into(),
-            session_id: session.clone(),
-            message_id: m.info.id().clone(),
-        });
-    }
+    let keys: Vec<String> = out.iter().map(|m| m.info.id().to_string()).collect();
+    let parts = parts.iter().map(|r| Ok((r.get(0), r.get(1), r.get(2))));
+    attach_parts(session, &mut out, &keys, parts)?;
     Ok(out)
 }

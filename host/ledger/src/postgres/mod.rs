@@ -14,6 +14,7 @@
 //! lease expiry) are the database's clock: the one clock every host sees.
 
 mod audit;
+mod error;
 mod export;
 mod lease;
 mod messages;
@@ -214,49 +215,6 @@ pub fn without_password(url: &str) -> String {
     } else {
         format!("{scheme}://{authority}{tail}")
     }
-}
-
-impl From<tokio_postgres::Error> for LedgerError {
-    fn from(e: tokio_postgres::Error) -> LedgerError {
-        // The connection went away (the server stopped or the network
-        // failed), or the server takes no writes (disk full, read-only, a
-        // shutdown under way): the ledger cannot be written now.
-        let code = e.code().map(|c| c.code().to_string());
-        let unwritable = e.is_closed()
-            || std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>())
-            || code.as_deref().is_some_and(|c| {
-                c.starts_with("08") // connection exception
-                    || c.starts_with("53") // insufficient resources (disk full, ...)
-                    || c.starts_with("57P") // the server is shutting down
-                    || c == "25006" // read-only transaction (a standby)
-            });
-        if unwritable {
-            let what = match e.as_db_error() {
-                Some(db) => format!("{} ({})", db.message(), db.code().code()),
-                None => match std::error::Error::source(&e) {
-                    Some(source) => format!("{e}: {source}"),
-                    None => e.to_string(),
-                },
-            };
-            return LedgerError::Unavailable(format!(
-                "the PostgreSQL server is unreachable or takes no writes ({what})"
-            ));
-        }
-        LedgerError::Storage(match e.as_db_error() {
-            Some(db) => format!("{} ({})", db.message(), db.code().code()),
-            None => match std::error::Error::source(&e) {
-                Some(source) => format!("{e}: {source}"),
-                None => e.to_string(),
-            },
-        })
-    }
-}
-
-fn decode<T: serde::de::DeserializeOwned>(text: &str, what: impl FnOnce() -> String) -> Result<T> {
-    serde_json::from_str(text).map_err(|e| LedgerError::Corrupt {
-        what: what(),
-        reason: e.to_string(),
-    })
 }
 
 /// Lock the session's row until the commit, so numbers given out per

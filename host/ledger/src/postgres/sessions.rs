@@ -5,8 +5,9 @@ use deadpool_postgres::{GenericClient, Transaction};
 use tokio_postgres::Row;
 use warden_protocol::{Rule, SessionId, SessionInfo, SessionTime};
 
-use super::{NOW, Result, decode};
+use super::{NOW, Result};
 use crate::LedgerError;
+use crate::assemble::decode;
 use crate::store::PermissionChange;
 
 const COLUMNS: &str = "id, title, directory, permission, created_at, updated_at";

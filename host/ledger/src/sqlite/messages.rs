@@ -8,7 +8,8 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde_json::Value;
 use warden_protocol::{MessageInfo, MessageWithParts, Millis, Part, PartBody, SessionId};
 
-use super::{Result, audit, codec, decode, header, timeline};
+use super::{Result, audit, codec, header, timeline};
+use crate::assemble::attach_parts;
 use crate::{AuditEntry, LedgerError};
 
 // The statements every step runs, prepared once per connection.
@@ -182,30 +183,18 @@ pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<MessageWithPar
             r.get::<_, String>(3)?,
         ))
     })?;
-    let mut idx = 0;
-    for row in rows {
+    let parts = rows.map(|row| {
         let (message, id, kind, body) = row?;
         let kind = codec::kind_name(kind).ok_or_else(|| LedgerError::Corrupt {
             what: format!("part {id}"),
             reason: format!("unknown kind code {kind}"),
         })?;
-        let body = codec::splice(&body, &[("type", &codec::quoted(kind))]);
-        // Both lists are in message id order, so one forward walk pairs them.
-        while idx < keys.len() && keys[idx] != message {
-            idx += 1;
-        }
-        let Some(m) = out.get_mut(idx) else {
-            return Err(LedgerError::Corrupt {
-                what: format!("part {id}"),
-                reason: "its message is missing".into(),
-            });
-        };
-        m.parts.push(Part {
-            body: decode(&body, || format!("part {id}"))?,
-            id: id.into(),
-            session_id: session.clone(),
-            message_id: m.info.id().clone(),
-        });
-    }
+        Ok((
+            message,
+            id.clone(),
+            codec::splice(&body, &[("type", &codec::quoted(kind))]),
+        ))
+    });
+    attach_parts(session, &mut out, &keys, parts)?;
     Ok(out)
 }

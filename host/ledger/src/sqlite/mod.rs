@@ -152,13 +152,6 @@ fn write<T>(
     Ok(out)
 }
 
-fn decode<T: serde::de::DeserializeOwned>(text: &str, what: impl FnOnce() -> String) -> Result<T> {
-    serde_json::from_str(text).map_err(|e| LedgerError::Corrupt {
-        what: what(),
-        reason: e.to_string(),
-    })
-}
-
 #[async_trait]
 impl Store for SqliteStore {
     fn name(&self) -> &str {

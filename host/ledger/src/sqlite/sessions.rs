@@ -4,8 +4,9 @@
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use warden_protocol::{Millis, Rule, SessionId, SessionInfo, SessionTime};
 
-use super::{Result, decode};
+use super::Result;
 use crate::LedgerError;
+use crate::assemble::decode;
 use crate::store::PermissionChange;
 
 const COLUMNS: &str = "id, title, directory, permission, created_at, updated_at";
