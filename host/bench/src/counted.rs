@@ -89,6 +89,9 @@ impl Store for Counted {
     fn outbox(&self) -> Option<Arc<dyn warden_core::ledger::outbox::Outbox>> {
         self.inner.outbox()
     }
+    fn watch_writes(&self) -> Option<warden_core::ledger::watch::Writes> {
+        self.inner.watch_writes()
+    }
     async fn replay(&self, after: i64, session: Option<&SessionId>) -> Result<Option<Replay>> {
         read!(self, "replay", self.inner.replay(after, session))
     }
@@ -211,6 +214,9 @@ impl Store for Counted {
     }
     async fn leases(&self) -> Result<Vec<(SessionId, String, Millis)>> {
         read!(self, "leases", self.inner.leases())
+    }
+    async fn lease(&self, session: &SessionId) -> Result<Option<(String, i64)>> {
+        read!(self, "lease", self.inner.lease(session))
     }
     async fn check_fence(&self, session: &SessionId, fence: &Fence) -> Result<()> {
         read!(self, "check_fence", self.inner.check_fence(session, fence))

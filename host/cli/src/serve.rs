@@ -159,54 +159,8 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
     // Take over sessions whose runner died with its process (a lease that
     // outlived it), here or in another server sharing the ledger, and
     // prompts queued by a process that stopped before running them.
-    // A session that fails to run (its ledger full, its database gone) is
-    // tried again later and later, up to every 30 s, not every round.
     let core = app.core.clone();
-    tokio::spawn(async move {
-        let backoff = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
-            warden_protocol::SessionId,
-            (std::time::Instant, Duration),
-        >::new()));
-        loop {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            match core.orphaned().await {
-                Ok(sessions) => {
-                    for s in sessions {
-                        let due = backoff
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .get(&s)
-                            .is_none_or(|(at, _)| *at <= std::time::Instant::now());
-                        if !due {
-                            continue;
-                        }
-                        let core = core.clone();
-                        let backoff = backoff.clone();
-                        tokio::spawn(async move {
-                            tracing::info!(session = %s, "taking over a session whose runner died");
-                            let result = core.run(&s).await;
-                            let mut backoff = backoff.lock().unwrap_or_else(|p| p.into_inner());
-                            match result {
-                                // Another host was quicker: it runs the session.
-                                Ok(_) | Err(warden_core::CoreError::SessionBusy { .. }) => {
-                                    backoff.remove(&s);
-                                }
-                                Err(e) => {
-                                    let wait =
-                                        backoff.get(&s).map_or(Duration::from_secs(1), |(_, w)| {
-                                            (*w * 2).min(Duration::from_secs(30))
-                                        });
-                                    tracing::warn!(session = %s, error = %e, "could not take over; trying again in {wait:?}");
-                                    backoff.insert(s, (std::time::Instant::now() + wait, wait));
-                                }
-                            }
-                        });
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "could not read the runner leases"),
-            }
-        }
-    });
+    tokio::spawn(async move { core.take_over_orphans().await });
 
     warden_server::listen::serve(listener, router, limits, async {
         let _ = tokio::signal::ctrl_c().await;

@@ -23,9 +23,9 @@ pub mod bus;
 pub use warden_ledger::clock;
 pub mod config;
 pub mod error;
+pub mod hosts;
 pub mod ledger;
 pub mod permission;
-pub mod relay;
 pub mod session;
 pub use warden_tool as tool;
 

@@ -278,14 +278,24 @@ pub(crate) async fn lease_epochs_only_grow(place: Place) {
         vec![(s.id.clone(), "a".to_string(), held.expires_at)]
     );
 
+    let (holder, left) = store.lease(&s.id).await.unwrap().expect("held");
+    assert_eq!(holder, "a");
+    assert!(
+        (50_000..=60_000).contains(&left),
+        "milliseconds left on the store's clock: {left}"
+    );
+
     store.release_lease(&s.id, &a1).await.unwrap();
     assert!(store.leases().await.unwrap().is_empty());
+    assert_eq!(store.lease(&s.id).await.unwrap(), None, "given back");
     let a2 = store
         .acquire_lease(&s.id, "a", -1, alive())
         .await
         .unwrap()
         .unwrap();
     assert_eq!(a2.epoch, 2, "taken anew after a release: a new epoch");
+    let (_, left) = store.lease(&s.id).await.unwrap().expect("held");
+    assert!(left <= 0, "expired: {left}");
     fenced(&s.id, store.check_fence(&s.id, &a1).await);
     // Expired: anyone may take it, at a higher epoch still.
     let b = store

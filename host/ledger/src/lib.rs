@@ -24,6 +24,7 @@ mod record;
 pub mod sqlite;
 pub mod store;
 mod timeline;
+pub mod watch;
 // Choosing a backend from a location, moving ledgers, the shared contract.
 #[cfg(test)]
 mod contract;

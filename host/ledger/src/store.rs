@@ -230,6 +230,14 @@ pub trait Store: Send + Sync {
         None
     }
 
+    /// A watch that wakes when another process may have written to this
+    /// ledger, for a ledger other processes share without a relay (a SQLite
+    /// file); `None` (the default) where the relay carries the notices, or
+    /// nothing can be watched.
+    fn watch_writes(&self) -> Option<crate::watch::Writes> {
+        None
+    }
+
     /// The relayed events past number `after` (of one session, or all), for
     /// a client resuming its stream; `None` where nothing is relayed.
     async fn replay(&self, _after: i64, _session: Option<&SessionId>) -> Result<Option<Replay>> {
@@ -351,6 +359,11 @@ pub trait Store: Send + Sync {
 
     /// Every held lease: (session, holder, expiry), by session.
     async fn leases(&self) -> Result<Vec<(SessionId, String, Millis)>>;
+
+    /// The session's lease if it is held: its holder and the milliseconds
+    /// left before it expires (zero or less: expired), on the clock leases
+    /// are judged by (PostgreSQL's: the database's).
+    async fn lease(&self, session: &SessionId) -> Result<Option<(String, i64)>>;
 
     /// `Ok` if `fence` is the session's current lease, else `Fenced`.
     async fn check_fence(&self, session: &SessionId, fence: &Fence) -> Result<()>;

@@ -4,14 +4,16 @@
 //! it missed (and can re-read current state from the ledger).
 //!
 //! **Across hosts.** A ledger shared by several hosts (PostgreSQL) connects
-//! a relay to the bus ([`Bus::connect_relay`]; see [`crate::relay`]).
+//! a relay to the bus ([`Bus::connect_relay`]; see [`crate::hosts::relay`]).
 //! From then on every event published here with [`Bus::publish`] is also
 //! handed to the relay, which sends it to the other hosts; events that
 //! arrive from them are published with [`Bus::publish_relayed`], which
 //! reaches this process's subscribers and the [`Bus::subscribe_elsewhere`]
 //! channel but is never handed to the relay again. An answer to a question
 //! another host asked travels the same way ([`Bus::send_answer`] out,
-//! [`Bus::deliver_answer`] in). The relay also hands back every host's
+//! [`Bus::deliver_answer`] in), and so do the notices hosts wait on
+//! ([`Bus::notify`] out and to this process's waiters, [`Bus::deliver_notice`]
+//! in; see [`crate::hosts`]). The relay also hands back every host's
 //! events, this one's included, with their numbers in its order
 //! ([`Bus::subscribe_numbered`]): client streams read those, so a client
 //! can resume from a number on any host. With no relay connected (SQLite, one
@@ -25,10 +27,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 pub use recent::Replay;
 
 use tokio::sync::{broadcast, mpsc};
+
+use crate::hosts::Notice;
 use warden_protocol::{Event, PermissionReply, SessionId};
 
 /// Events kept for slow subscribers before they start missing some.
 pub const CAPACITY: usize = 8192;
+/// Notices kept for a waiter that has not read them yet.
+const NOTICES: usize = 1024;
 
 /// A cloneable handle to the bus.
 #[derive(Clone)]
@@ -46,9 +52,11 @@ pub struct Bus {
     /// with its relay number, as they come back from the shared ledger: what
     /// a client stream reads when it may resume by number.
     ordered: broadcast::Sender<Arc<Numbered>>,
+    /// Notices for the waiters of this process, from it or another host.
+    notices: broadcast::Sender<Notice>,
     /// The lease epoch this process holds a session at, if any (set by the
     /// ledger): sent with each event to the relay, so other hosts can drop
-    /// a stale runner's late events (see [`crate::relay`]).
+    /// a stale runner's late events (see [`crate::hosts::relay`]).
     epochs: Arc<OnceLock<EpochOf>>,
 }
 
@@ -87,6 +95,7 @@ pub enum Outgoing {
     /// published here (`None`: not held by this process).
     Event(Arc<Event>, Option<i64>),
     Answer(RelayedAnswer),
+    Notice(Notice),
     /// Answered once everything handed on before it is appended.
     Flush(tokio::sync::oneshot::Sender<()>),
 }
@@ -118,6 +127,7 @@ impl Bus {
             relay: Default::default(),
             elsewhere: broadcast::channel(CAPACITY).0,
             ordered: broadcast::channel(CAPACITY).0,
+            notices: broadcast::channel(NOTICES).0,
             epochs: Default::default(),
         }
     }
@@ -228,6 +238,27 @@ impl Bus {
     /// question service.
     pub fn deliver_answer(&self, answer: RelayedAnswer) {
         let _ = self.elsewhere.send(Arc::new(Elsewhere::Answer(answer)));
+    }
+
+    /// Tell this process's waiters and (through the relay) every other
+    /// host's. Never blocks; nobody listening is fine.
+    pub fn notify(&self, notice: Notice) {
+        if let Some(relay) = self.relay.get() {
+            let _ = relay.send(Outgoing::Notice(notice.clone()));
+        }
+        let _ = self.notices.send(notice);
+    }
+
+    /// Hand a notice that came from another host to this process's waiters.
+    pub fn deliver_notice(&self, notice: Notice) {
+        let _ = self.notices.send(notice);
+    }
+
+    /// Receive the notices sent from now on, this host's and relayed ones.
+    /// A receiver that lags is told so, and should look at what it waits
+    /// for again.
+    pub fn subscribe_notices(&self) -> broadcast::Receiver<Notice> {
+        self.notices.subscribe()
     }
 
     /// Receive what arrives from other hosts from now on.

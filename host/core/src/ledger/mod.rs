@@ -28,7 +28,7 @@ mod queue;
 pub use warden_ledger::{
     AuditEntry, Fence, IntegrityReport, LeaseHeld, LedgerError, PartEvent, PromptState,
     QueuedPrompt, SqliteStore, Store, TimelineRow, check_file, id, location, migrate, outbox,
-    phase, postgres, sqlite, store,
+    phase, postgres, sqlite, store, watch,
 };
 
 pub use audit_query::{AuditFilter, DecisionClass};
@@ -142,7 +142,7 @@ impl Ledger {
             fences.get(session).map(|f| f.epoch)
         }));
         if let Some(outbox) = store.outbox() {
-            crate::relay::start(outbox, &bus);
+            crate::hosts::relay::start(outbox, &bus);
         }
         Ledger {
             store,
@@ -641,6 +641,18 @@ impl Ledger {
         Ok(self.store.leases().await?)
     }
 
+    /// The session's lease if it is held: its holder and the milliseconds
+    /// left before it expires (zero or less: expired).
+    pub async fn lease(&self, session: &SessionId) -> Result<Option<(String, i64)>> {
+        Ok(self.store.lease(session).await?)
+    }
+
+    /// A watch on other processes' writes, for a ledger they share without
+    /// a relay (a SQLite file); see warden-ledger's `watch.rs`.
+    pub fn watch_writes(&self) -> Option<warden_ledger::watch::Writes> {
+        self.store.watch_writes()
+    }
+
     /// Stop using the lease `fence` names in this process (its held copy and
     /// its fence), without telling the store: the first half of
     /// [`Ledger::release_lease`], for a caller that cannot wait for the second.
@@ -656,7 +668,11 @@ impl Ledger {
     /// Its epoch stays, so the next holder's is higher.
     pub async fn release_lease(&self, session: &SessionId, fence: &Fence) -> Result<()> {
         self.forget_lease(session, fence);
-        Ok(self.store.release_lease(session, fence).await?)
+        self.store.release_lease(session, fence).await?;
+        self.bus.notify(crate::hosts::Notice::LeaseReleased {
+            session_id: session.clone(),
+        });
+        Ok(())
     }
 }
 

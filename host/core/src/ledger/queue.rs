@@ -51,7 +51,12 @@ impl Ledger {
                 .settle_prompt(session, number, state, fence)
                 .await
         })
-        .await
+        .await?;
+        self.bus.notify(crate::hosts::Notice::PromptSettled {
+            session_id: session.clone(),
+            number,
+        });
+        Ok(())
     }
 
     /// The sessions with open prompts.

@@ -17,8 +17,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use warden_protocol::{MessageWithParts, SessionId, SessionStatus};
 
-use super::{Core, lease, prompt_queue, run_loop};
+use super::{Core, prompt_queue, run_loop};
 use crate::error::{CoreError, Result};
+use crate::hosts::holder;
 use crate::ledger::{Fence, LedgerError};
 
 /// How long a runner waits for the relay to send its last notices before
@@ -302,7 +303,7 @@ impl Actor {
         let ttl = inner.options.lease_ttl.as_millis() as i64;
         let fence = match inner
             .ledger
-            .acquire_lease(&self.session, &inner.holder, ttl, lease::holder_is_dead)
+            .acquire_lease(&self.session, &inner.holder, ttl, holder::holder_is_dead)
             .await?
         {
             Ok(fence) => fence,

@@ -7,7 +7,6 @@ mod actor;
 pub mod admission;
 pub mod compaction;
 pub mod history;
-pub mod lease;
 mod phase_marks;
 pub mod prompt_queue;
 pub mod run_loop;
@@ -24,7 +23,6 @@ use warden_protocol::{MessageWithParts, ModelRef, SessionId, SessionInfo, Sessio
 
 use crate::agent::Agents;
 use crate::bus::Bus;
-use crate::clock::now_ms;
 use crate::config::Config;
 use crate::error::{CoreError, Result};
 use crate::ledger::Ledger;
@@ -58,7 +56,7 @@ pub struct CoreOptions {
     /// warden's own files (config, data dir), off limits to tools.
     pub protected: Vec<crate::boundary::Protected>,
     /// Who this core is as a lease holder. `None`: this process
-    /// (`lease::holder_id`). Several cores in one process that should act
+    /// (`crate::hosts::holder::holder_id`). Several cores in one process that should act
     /// as separate hosts (tests, the bench) each name their own.
     pub holder: Option<String>,
     /// What this host agrees to run, whichever host accepted the prompt.
@@ -139,7 +137,10 @@ impl Core {
                 config,
                 retry,
                 actors: Actors::default(),
-                holder: options.holder.clone().unwrap_or_else(lease::holder_id),
+                holder: options
+                    .holder
+                    .clone()
+                    .unwrap_or_else(crate::hosts::holder::holder_id),
                 protected: options.protected.clone().into(),
                 options,
             }),
@@ -279,56 +280,6 @@ impl Core {
         self.inner.actors.is_running(session)
     }
 
-    /// Sessions with work and no live runner, candidates for taking over
-    /// with [`Core::run`]: those whose run was cut short by a process that
-    /// died (their lease outlived it), and those with queued prompts that no
-    /// process is running (the process that accepted them stopped first).
-    pub async fn orphaned(&self) -> Result<Vec<SessionId>> {
-        let now = now_ms();
-        let leases = self.inner.ledger.leases().await?;
-        let live = |holder: &str, expires: i64| expires > now && !lease::holder_is_dead(holder);
-        let mut out: Vec<SessionId> = leases
-            .iter()
-            .filter(|(s, holder, expires)| {
-                if holder == &self.inner.holder {
-                    // This host's own lease with no actor behind it: a
-                    // release that failed (the ledger was unwritable then).
-                    !self.inner.actors.has_actor(s)
-                } else {
-                    !self.inner.actors.is_running(s) && !live(holder, *expires)
-                }
-            })
-            .map(|(s, _, _)| s.clone())
-            .collect();
-        for s in self.inner.ledger.sessions_with_open_prompts().await? {
-            let held = leases.iter().any(|(l, holder, expires)| {
-                l == &s
-                    && if holder == &self.inner.holder {
-                        self.inner.actors.has_actor(&s)
-                    } else {
-                        live(holder, *expires)
-                    }
-            });
-            if !held && !self.inner.actors.is_running(&s) && !out.contains(&s) {
-                out.push(s);
-            }
-        }
-        // Only sessions this host works in: the others are for hosts whose
-        // directory holds them.
-        if self.admission().root.is_some() {
-            let mut mine = Vec::with_capacity(out.len());
-            for s in out {
-                if let Ok(info) = self.inner.ledger.session(&s).await
-                    && self.admits_session(&info).is_ok()
-                {
-                    mine.push(s);
-                }
-            }
-            out = mine;
-        }
-        Ok(out)
-    }
-
     /// Delete a session and its history. Refused while it runs, here or in
     /// another process.
     pub async fn delete_session(&self, session: &SessionId) -> Result<()> {
@@ -345,7 +296,12 @@ impl Core {
         if let Err(held) = self
             .inner
             .ledger
-            .acquire_lease(session, &self.inner.holder, ttl, lease::holder_is_dead)
+            .acquire_lease(
+                session,
+                &self.inner.holder,
+                ttl,
+                crate::hosts::holder::holder_is_dead,
+            )
             .await?
         {
             return Err(CoreError::SessionBusy {

@@ -17,25 +17,23 @@
 //!   other processes.
 //!
 //! A caller waits for its own prompt ([`Core::answer`]): through this
-//! process's session actor when the lease is free or ours; otherwise by
-//! watching the prompt's row, woken by the session's events (relayed from
-//! the other host on a shared ledger), and trying to run the session itself
-//! now and then, in case the runner went away.
-
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+//! process's session actor when the lease is free or ours; otherwise until
+//! the runner settles it or the lease may be this process's to take (see
+//! `hosts/wait.rs`), and then through the actor again.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use tokio_util::sync::CancellationToken;
 use warden_protocol::{
-    Action, Event, MessageId, MessageInfo, MessageTime, MessageWithParts, ModelRef, Part, PartBody,
-    Rule, SessionId, UserInfo,
+    Action, MessageId, MessageInfo, MessageTime, MessageWithParts, ModelRef, Part, PartBody, Rule,
+    SessionId, UserInfo,
 };
 
 use super::actor::{self, Op};
 use super::{Core, PromptInput, run_loop};
 use crate::clock::now_ms;
 use crate::error::{CoreError, Result};
+use crate::hosts::wait::{self, settled};
 use crate::ledger::{LedgerError, PartWrite, PromptState, QueuedPrompt, id};
 
 /// A prompt as the queue keeps it: everything resolved when it was
@@ -50,12 +48,6 @@ struct Queued {
     #[serde(default)]
     no_reply: bool,
 }
-
-/// How long a waiter in another process than the runner sleeps at most
-/// between looks at its prompt's row (session events wake it sooner).
-const LOOK_EVERY: Duration = Duration::from_millis(500);
-/// How often such a waiter tries to run the session itself.
-const TRY_EVERY: Duration = Duration::from_secs(1);
 
 impl Core {
     /// Record a user message and, unless `no_reply`, run the session until
@@ -107,11 +99,6 @@ impl Core {
     /// Wait for queued prompt `number` of `session` to be answered, running
     /// the session here when no other process is.
     pub async fn answer(&self, session: &SessionId, number: i64) -> Result<MessageWithParts> {
-        // Only a waiter for another process listens to the bus: on the
-        // bus-wide channel (a session channel of its own would stay
-        // allocated, 8192 slots, until the session's next event). An event
-        // it misses before it listens is made up for by looking anyway.
-        let mut events = None;
         loop {
             let (reply, rx) = tokio::sync::oneshot::channel();
             self.inner
@@ -124,31 +111,9 @@ impl Core {
                 | Err(CoreError::Ledger(LedgerError::Fenced { .. })) => {}
                 done => return done,
             }
-            let events = events.get_or_insert_with(|| self.bus().subscribe());
-            let tried = Instant::now();
-            while tried.elapsed() < TRY_EVERY {
-                let _ = tokio::time::timeout(LOOK_EVERY, async {
-                    loop {
-                        match events.recv().await {
-                            Ok(e) if matches!(&*e, Event::SessionStatus { session_id, .. } if session_id == session) => return,
-                            Ok(_) => {}
-                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return,
-                            Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                                std::future::pending::<()>().await
-                            }
-                        }
-                    }
-                })
-                .await;
-                let entry = self
-                    .inner
-                    .ledger
-                    .queued_prompt(number)
-                    .await?
-                    .ok_or_else(|| CoreError::SessionNotFound(session.clone()))?;
-                if let Some(done) = settled(self, &entry).await {
-                    return done;
-                }
+            match wait::prompt(self, session, number).await? {
+                wait::Found::Settled(done) => return *done,
+                wait::Found::Free => {}
             }
         }
     }
@@ -223,24 +188,6 @@ fn text_part_id(message: &MessageId) -> String {
         .split_once('_')
         .map_or(message.as_str(), |(_, t)| t);
     format!("prt_{tail}")
-}
-
-/// What a settled prompt's waiter gets; `None` while it is open.
-async fn settled(core: &Core, entry: &QueuedPrompt) -> Option<Result<MessageWithParts>> {
-    match &entry.state {
-        PromptState::Queued | PromptState::Taken { .. } => None,
-        PromptState::Failed { error } => Some(Err(CoreError::PromptFailed(error.clone()))),
-        PromptState::Answered { message } => Some(
-            match core.inner.ledger.message(&entry.session_id, message).await {
-                Ok(Some(m)) => Ok(m),
-                Ok(None) => Err(CoreError::Internal(format!(
-                    "prompt {} was answered by message {message}, which is not in the ledger",
-                    entry.number
-                ))),
-                Err(e) => Err(e),
-            },
-        ),
-    }
 }
 
 /// Answer the session's open prompts in order, up to `up_to` (all of them

@@ -1152,6 +1152,91 @@ async fn two_hosts_queue_prompts(location: &str) {
 }
 
 #[tokio::test]
+async fn a_waiter_on_a_sqlite_file_another_host_runs_reads_only_when_the_file_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    waits_without_looking(&path.to_string_lossy()).await;
+}
+
+#[tokio::test]
+async fn a_waiter_on_postgresql_reads_only_when_another_host_sends_a_notice() {
+    waits_without_looking(&warden_pg_harness::database()).await;
+}
+
+/// B waits for a prompt A runs: it reads the prompt's row when it starts
+/// waiting and then only when something may have changed, not while A's
+/// step is quiet; A's answer to it reaches B once A settles it.
+async fn waits_without_looking(location: &str) {
+    use crate::hosts::wait::LOOKS;
+    use tokio::sync::mpsc::unbounded_channel;
+    let dir = tempfile::tempdir().unwrap();
+    let (steps, streams): (Vec<_>, Vec<_>) = (0..2).map(|_| unbounded_channel()).unzip();
+    let a = host_on(
+        location,
+        "host-a",
+        Arc::new(Remote(Mutex::new(streams.into()))),
+    )
+    .await;
+    let b = host_on(
+        location,
+        "host-b",
+        Arc::new(Remote(Mutex::new(Default::default()))),
+    )
+    .await;
+    let session = a.create_session(dir.path(), "a quiet step").await.unwrap();
+    let input = |text: &str| PromptInput {
+        session_id: session.id.clone(),
+        text: text.into(),
+        model: Some(ModelRef {
+            provider: "remote".into(),
+            model: "m".into(),
+        }),
+        ..PromptInput::default()
+    };
+    let mut events = a.bus().subscribe();
+    let first = tokio::spawn({
+        let (a, p) = (a.clone(), input("first"));
+        async move { a.prompt(p).await }
+    });
+    loop {
+        if let Event::SessionStatus { status, .. } = &*events.recv().await.unwrap()
+            && *status == SessionStatus::Busy
+        {
+            break;
+        }
+    }
+    let number = b.accept(&input("second")).await.unwrap();
+    let second = tokio::spawn({
+        let (b, s) = (b.clone(), session.id.clone());
+        async move { b.answer(&s, number).await }
+    });
+    while LOOKS.with(|l| l.get()) == 0 {
+        tokio::task::yield_now().await;
+    }
+    // Let B's first look and A's reaction to the queued prompt settle.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = LOOKS.with(|l| l.get());
+    // A's step is quiet (its model sends nothing, its lease needs no
+    // renewal yet): B reads nothing.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        LOOKS.with(|l| l.get()),
+        before,
+        "B looked with nothing changed"
+    );
+
+    let mut steps = steps.into_iter();
+    say(steps.next().unwrap(), "one");
+    say(steps.next().unwrap(), "two");
+    assert_eq!(first.await.unwrap().unwrap().text(), "one");
+    assert_eq!(
+        second.await.unwrap().unwrap().text(),
+        "two",
+        "A answered B's prompt"
+    );
+}
+
+#[tokio::test]
 async fn a_prompt_queued_by_a_host_that_stopped_is_answered_by_the_next_runner() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");

@@ -99,6 +99,21 @@ pub async fn all(c: &impl GenericClient) -> Result<Vec<(SessionId, String, Milli
         .collect())
 }
 
+/// The session's lease if it is held: (holder, milliseconds left on the
+/// database's clock).
+pub async fn one(c: &impl GenericClient, session: &SessionId) -> Result<Option<(String, i64)>> {
+    Ok(c
+        .query_opt(
+            &c.prepare_cached(&format!(
+                "SELECT holder, expires_at - {NOW} FROM runner_lease WHERE session_id = $1 AND holder <> ''"
+            ))
+            .await?,
+            &[&session.as_str()],
+        )
+        .await?
+        .map(|r| (r.get(0), r.get(1))))
+}
+
 /// Give the lease back if `fence` is still current; the row stays.
 pub async fn release(c: &impl GenericClient, session: &SessionId, fence: &Fence) -> Result<()> {
     c.execute(

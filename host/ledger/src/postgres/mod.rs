@@ -482,6 +482,11 @@ impl Store for PgStore {
         lease::all(&c).await
     }
 
+    async fn lease(&self, session: &SessionId) -> Result<Option<(String, i64)>> {
+        let c = self.client().await?;
+        lease::one(&c, session).await
+    }
+
     async fn check_fence(&self, session: &SessionId, fence: &Fence) -> Result<()> {
         let c = self.client().await?;
         lease::check_fence(&c, session, fence, false).await

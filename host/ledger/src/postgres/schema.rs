@@ -115,7 +115,7 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX prompt_queue_by_session ON prompt_queue (session_id, state, number);
     -- The lease epoch a relayed event's session was held at by its host:
-    -- readers drop a stale runner's late events (relay/mod.rs).
+    -- readers drop a stale runner's late events (the core's hosts/relay/).
     ALTER TABLE relay_outbox ADD COLUMN epoch BIGINT;
     "#,
     // 4: no table changes. A running call's timeline row keeps no arguments

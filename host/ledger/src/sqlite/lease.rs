@@ -80,6 +80,16 @@ pub fn all(conn: &Connection) -> Result<Vec<(SessionId, String, Millis)>> {
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 
+/// The session's lease if it is held: (holder, milliseconds left at `now`).
+pub fn one(conn: &Connection, session: &SessionId, now: Millis) -> Result<Option<(String, i64)>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT holder, expires_at - ?2 FROM runner_lease WHERE session_id = ?1 AND holder <> ''",
+        )?
+        .query_row(params![session.as_str(), now], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?)
+}
+
 /// Give the lease back if `fence` is still current; the row stays.
 pub fn release(conn: &Connection, session: &SessionId, fence: &Fence) -> Result<()> {
     conn.execute(

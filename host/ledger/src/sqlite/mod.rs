@@ -55,6 +55,8 @@ pub struct SqliteStore {
     guests: Arc<audit::GuestKeys>,
     /// Stops with the store.
     _checkpointer: Option<Checkpointer>,
+    /// The file, for watching other processes' writes (`None` in memory).
+    path: Option<std::path::PathBuf>,
 }
 
 impl SqliteStore {
@@ -81,6 +83,7 @@ impl SqliteStore {
             conn.pragma_update(None, "wal_autocheckpoint", 10_000)?;
             let mut store = Self::start(conn, &shown)?;
             store._checkpointer = Some(Checkpointer::start(path)?);
+            store.path = Some(path.to_path_buf());
             Ok(store)
         })();
         opened.map_err(|e| check::named(e, &shown))
@@ -109,6 +112,7 @@ impl SqliteStore {
             conn: connection::Shared::start(conn, name)?,
             guests: Arc::new(audit::GuestKeys::default()),
             _checkpointer: None,
+            path: None,
         })
     }
 
@@ -156,6 +160,10 @@ fn write<T>(
 impl Store for SqliteStore {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn watch_writes(&self) -> Option<crate::watch::Writes> {
+        crate::watch::Writes::sqlite(self.path.as_deref()?)
     }
 
     async fn create_session(&self, info: &SessionInfo) -> Result<()> {
@@ -370,6 +378,11 @@ impl Store for SqliteStore {
 
     async fn leases(&self) -> Result<Vec<(SessionId, String, Millis)>> {
         self.run_there(|c| lease::all(c)).await
+    }
+
+    async fn lease(&self, session: &SessionId) -> Result<Option<(String, i64)>> {
+        let session = session.clone();
+        self.run(move |c| lease::one(c, &session, now_ms())).await
     }
 
     async fn check_fence(&self, session: &SessionId, fence: &Fence) -> Result<()> {

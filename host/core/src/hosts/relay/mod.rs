@@ -1,8 +1,8 @@
 //! Events across hosts: the relay between the hosts sharing one ledger,
 //! through the ledger's [`Outbox`] (PostgreSQL's `relay_outbox`). Only
-//! this module knows that several hosts exist on the event side; the bus
-//! hands it what to send and takes what arrives, and the ledger keeps the
-//! rows.
+//! this module carries anything between hosts: events, relayed answers
+//! and [`Notice`]s; the bus hands it what to send and takes what arrives,
+//! and the ledger keeps the rows.
 //!
 //! **Out.** Every event a host publishes on its bus (see `bus/`) is handed
 //! to one writer task per host, which appends it to the outbox with the
@@ -53,6 +53,7 @@ use tokio::sync::mpsc;
 use warden_ledger::outbox::{Epochs, Item, Listener, Outbox, Row};
 use warden_protocol::Event;
 
+use super::Notice;
 use crate::bus::{Bus, Outgoing, RelayedAnswer};
 use crate::ledger::{LedgerError, id};
 
@@ -128,6 +129,12 @@ pub fn encode(batch: Vec<Outgoing>) -> Vec<Item> {
                 session: a.session_id.to_string(),
                 kind: "answer",
                 body: serde_json::to_string(&a).ok()?,
+                epoch: None,
+            }),
+            Outgoing::Notice(n) => Some(Item {
+                session: n.session_id().to_string(),
+                kind: "notice",
+                body: serde_json::to_string(&n).ok()?,
                 epoch: None,
             }),
             Outgoing::Flush(_) => None,
@@ -289,6 +296,10 @@ fn deliver(bus: &Bus, row: &Row) {
         "answer" => match serde_json::from_str::<RelayedAnswer>(&row.body) {
             Ok(answer) => bus.deliver_answer(answer),
             Err(e) => tracing::warn!("relayed answer {} is unreadable ({e}); skipped", row.seq),
+        },
+        "notice" => match serde_json::from_str::<Notice>(&row.body) {
+            Ok(notice) => bus.deliver_notice(notice),
+            Err(e) => tracing::warn!("relayed notice {} is unreadable ({e}); skipped", row.seq),
         },
         other => tracing::warn!(
             "relayed row {} is of unknown kind {other}; skipped",

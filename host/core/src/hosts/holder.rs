@@ -1,5 +1,5 @@
-//! The runner lease: one runner per session across every process sharing a
-//! ledger. The holder id names the machine, process id and process start
+//! Who holds a runner lease: one runner per session across every process
+//! sharing a ledger. The holder id names the machine, process id and process start
 //! time, so a process on the same machine can tell at once that a holder
 //! died (a SIGKILLed run) instead of waiting for the lease to expire;
 //! holders on other machines (or in another pid namespace) are trusted
@@ -43,22 +43,11 @@ fn pid_namespace() -> u64 {
 
 /// Whether `holder` was a process on this host that is no longer running.
 pub fn holder_is_dead(holder: &str) -> bool {
-    let mut parts = holder.split(':');
-    let (Some(host), Some(pid), Some(start), Some(ns)) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return false;
-    };
-    let (Ok(pid), Ok(start), Ok(ns)) =
-        (pid.parse::<u32>(), start.parse::<u64>(), ns.parse::<u64>())
-    else {
-        return false;
-    };
     // Another host, or another pid namespace on this one: its pids are not
     // ours to look up, so only the lease's expiry can say it is gone.
-    if host != machine() || ns != pid_namespace() || pid == std::process::id() {
+    let Some((pid, start)) = local_pid(holder) else {
         return false;
-    }
+    };
     if !cfg!(target_os = "linux") {
         return false;
     }
@@ -67,6 +56,62 @@ pub fn holder_is_dead(holder: &str) -> bool {
         None => true,
         Some(now) => start != 0 && now != start,
     }
+}
+
+/// What a holder id says of its process, when it is one this process can
+/// look up: on this machine, in this pid namespace, and not this process.
+fn local_pid(holder: &str) -> Option<(u32, u64)> {
+    let mut parts = holder.split(':');
+    let (host, pid, start, ns) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let (pid, start, ns) = (
+        pid.parse::<u32>().ok()?,
+        start.parse::<u64>().ok()?,
+        ns.parse::<u64>().ok()?,
+    );
+    (host == machine() && ns == pid_namespace() && pid != std::process::id())
+        .then_some((pid, start))
+}
+
+/// A wait that ends when the process `holder` names exits (at once if it
+/// is gone already): for a holder this process can look up, on Linux (a
+/// pidfd, readable once the process has exited). `None` for any other
+/// holder: only its lease's expiry says it is gone.
+pub fn exit(holder: &str) -> Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> {
+    let (pid, start) = local_pid(holder)?;
+    exit_of(pid, start)
+}
+
+#[cfg(target_os = "linux")]
+fn exit_of(pid: u32, start: u64) -> Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> {
+    use rustix::process::{Pid, PidfdFlags, pidfd_open};
+    let gone: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(std::future::ready(()));
+    let fd = match pidfd_open(Pid::from_raw(pid as i32)?, PidfdFlags::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::SRCH) => return Some(gone),
+        // No pidfds here (a kernel before 5.3, a seccomp filter).
+        Err(_) => return None,
+    };
+    // Opened by pid: the process is the holder only if it started when the
+    // holder did (else the pid was reused and the holder is gone).
+    if start != 0 && start_time(pid) != Some(start) {
+        return Some(gone);
+    }
+    tokio::runtime::Handle::try_current().ok()?;
+    #[allow(unsafe_code)]
+    // SAFETY: the `OwnedFd` is moved into the `AsyncFd`, which owns it (open,
+    // the same file description) until it is dropped.
+    let fd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+    }
+    .ok()?;
+    Some(Box::pin(async move {
+        let _ = fd.readable().await;
+    }))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn exit_of(_pid: u32, _start: u64) -> Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> {
+    None
 }
 
 /// This machine, as holder ids name it: `hostname~bootid` (the first 12
@@ -117,6 +162,38 @@ fn start_time(pid: u32) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn the_exit_of_a_holder_on_this_machine_ends_its_wait() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let holder = format!(
+            "{}:{pid}:{}:{}:0",
+            machine(),
+            start_time(pid).unwrap(),
+            pid_namespace()
+        );
+        let mut running = exit(&holder).expect("a holder on this machine is watched");
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(50), &mut running)
+                .await
+                .is_err(),
+            "it runs"
+        );
+        child.kill().unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), &mut running)
+            .await
+            .expect("its exit ends the wait");
+        child.wait().unwrap();
+        // Gone already, or its pid taken by a younger process: at once.
+        exit(&holder).unwrap().await;
+        assert!(exit("elsewhere:1:2:3:0").is_none(), "another machine's");
+        assert!(exit(&holder_id()).is_none(), "this process's own");
+    }
 
     #[test]
     fn this_process_is_alive_and_a_vanished_one_is_dead() {
