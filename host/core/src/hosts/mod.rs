@@ -37,14 +37,18 @@ pub enum Notice {
     PromptSettled { session_id: SessionId, number: i64 },
     /// A runner gave a session's lease back: it may be another's to run.
     LeaseReleased { session_id: SessionId },
+    /// This host stopped working on a session that still has work, because
+    /// the ledger failed (a full disk, a lost database): its takeover tries
+    /// again later. Only for this host's own waiters, never relayed.
+    Stranded { session_id: SessionId },
 }
 
 impl Notice {
     pub fn session_id(&self) -> &SessionId {
         match self {
-            Notice::PromptSettled { session_id, .. } | Notice::LeaseReleased { session_id } => {
-                session_id
-            }
+            Notice::PromptSettled { session_id, .. }
+            | Notice::LeaseReleased { session_id }
+            | Notice::Stranded { session_id } => session_id,
         }
     }
 }

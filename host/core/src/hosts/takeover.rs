@@ -9,8 +9,10 @@
 //!   pidfd: a killed `warden run` or server is taken over at once);
 //! - the earliest lease another process holds expires (a runner that
 //!   stopped renewing: paused, or on a machine that went away);
-//! - a session it failed to run is due again (backing off from 1 s to
-//!   30 s, so a ledger that stays full is not retried every round);
+//! - a session it failed to run, or that this host's runner left with work
+//!   when the ledger failed ([`Notice::Stranded`]), is due again (backing
+//!   off from 1 s to 30 s, so a ledger that stays full is not retried every
+//!   round);
 //! - and every lease TTL at the latest, for the one orphan nothing
 //!   announces: a prompt queued by a process that was killed before it
 //!   took the session's lease.
@@ -22,7 +24,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use warden_protocol::SessionId;
 
-use super::holder;
+use super::{Notice, holder};
 use crate::Core;
 use crate::clock::now_ms;
 use crate::error::{CoreError, Result};
@@ -96,6 +98,7 @@ impl Core {
         // One task per holder on this machine, waiting for its exit.
         let mut exits: HashMap<String, tokio::task::AbortHandle> = HashMap::new();
         let backstop = self.inner.options.lease_ttl.max(LEAST_WAIT);
+        let mut notices = self.bus().subscribe_notices();
         loop {
             let next = match self.sweep(&wake, &retry, &mut exits).await {
                 Ok(next) => next.clamp(LEAST_WAIT, backstop),
@@ -107,6 +110,22 @@ impl Core {
             tokio::select! {
                 _ = woken.recv() => {}
                 () = tokio::time::sleep(next) => {}
+                notice = notices.recv() => match notice {
+                    Ok(Notice::Stranded { session_id }) => {
+                        // Tried again once its actor is gone and a second
+                        // has passed (the ledger may have room by then).
+                        let mut retry = retry.lock().unwrap_or_else(|p| p.into_inner());
+                        if let std::collections::hash_map::Entry::Vacant(slot) = retry.entry(session_id) {
+                            slot.insert((Instant::now() + RETRY_FIRST, RETRY_FIRST));
+                            wake_after(&wake, RETRY_FIRST);
+                        }
+                        continue;
+                    }
+                    // Nothing else here makes an orphan.
+                    Ok(_) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                },
             }
             // Whatever else woke meanwhile is answered by the same look.
             while woken.try_recv().is_ok() {}
@@ -149,10 +168,7 @@ impl Core {
                         retry.insert(s, (Instant::now() + wait, wait));
                         drop(retry);
                         // The look that runs it again is due then.
-                        tokio::spawn(async move {
-                            tokio::time::sleep(wait).await;
-                            let _ = wake.send(());
-                        });
+                        wake_after(&wake, wait);
                     }
                 }
             });
@@ -196,4 +212,13 @@ impl Core {
             .min();
         Ok(soonest_retry.map_or(next, |r| r.min(next)))
     }
+}
+
+/// Wake the takeover's loop after `wait`.
+fn wake_after(wake: &mpsc::UnboundedSender<()>, wait: Duration) {
+    let wake = wake.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(wait).await;
+        let _ = wake.send(());
+    });
 }

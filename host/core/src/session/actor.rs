@@ -202,6 +202,16 @@ impl Actor {
                         self.core.bus().flush_relay(RELAY_FLUSH).await;
                     }
                     self.release().await;
+                    if matches!(&result, Err(CoreError::Ledger(e)) if !matches!(e, LedgerError::Fenced { .. }))
+                    {
+                        // Its prompts stay queued (and maybe its lease, if
+                        // the release failed too): the takeover tries again.
+                        self.core
+                            .bus()
+                            .deliver_notice(crate::hosts::Notice::Stranded {
+                                session_id: self.session.clone(),
+                            });
+                    }
                 }
             }
             answer(replies, result);
