@@ -107,25 +107,29 @@ impl Core {
                     RETRY_FIRST
                 }
             };
-            tokio::select! {
-                _ = woken.recv() => {}
-                () = tokio::time::sleep(next) => {}
-                notice = notices.recv() => match notice {
-                    Ok(Notice::Stranded { session_id }) => {
-                        // Tried again once its actor is gone and a second
-                        // has passed (the ledger may have room by then).
-                        let mut retry = retry.lock().unwrap_or_else(|p| p.into_inner());
-                        if let std::collections::hash_map::Entry::Vacant(slot) = retry.entry(session_id) {
-                            slot.insert((Instant::now() + RETRY_FIRST, RETRY_FIRST));
-                            wake_after(&wake, RETRY_FIRST);
+            let deadline = tokio::time::Instant::now() + next;
+            loop {
+                tokio::select! {
+                    _ = woken.recv() => break,
+                    () = tokio::time::sleep_until(deadline) => break,
+                    notice = notices.recv() => match notice {
+                        Ok(Notice::Stranded { session_id }) => {
+                            // Tried again once its actor is gone and a second
+                            // has passed (the ledger may have room by then).
+                            let mut retry = retry.lock().unwrap_or_else(|p| p.into_inner());
+                            if let std::collections::hash_map::Entry::Vacant(slot) =
+                                retry.entry(session_id)
+                            {
+                                slot.insert((Instant::now() + RETRY_FIRST, RETRY_FIRST));
+                                wake_after(&wake, RETRY_FIRST);
+                            }
                         }
-                        continue;
-                    }
-                    // Nothing else here makes an orphan.
-                    Ok(_) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                },
+                        // Nothing else here makes an orphan; a missed
+                        // Stranded notice waits for the backstop.
+                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    },
+                }
             }
             // Whatever else woke meanwhile is answered by the same look.
             while woken.try_recv().is_ok() {}
