@@ -12,6 +12,16 @@
 //!   [`BUSY_WAIT`]), so no async worker ever waits on a lock held elsewhere
 //!   or on a long read.
 //!
+//! **Group commit.** Writes ([`Shared::write`]) that reach the thread while
+//! it is busy queue up; it then runs every write queued together in one
+//! transaction, each in a savepoint of its own (the ledger's `write` opens a
+//! savepoint when a transaction is open already), and answers them once
+//! that transaction commits. A write that fails rolls back its savepoint
+//! and fails alone; the others commit. Should SQLite roll the whole
+//! transaction back (a full disk, an I/O error), every write in it gets the
+//! error and the writes not yet run run alone. A lone write still commits
+//! on its own, on the caller's thread when it can.
+//!
 //! A call that found the file busy on the caller's thread did nothing (its
 //! transaction never began, or was rolled back), so it is run again, whole,
 //! on the connection's thread. Calls are therefore `Fn`, not `FnOnce`.
@@ -37,7 +47,23 @@ pub(crate) const BUSY_WAIT: Duration = Duration::from_secs(10);
 type Call<T> = Arc<dyn Fn(&mut Connection) -> Result<T> + Send + Sync>;
 
 /// What the connection's thread runs.
-type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+enum Job {
+    /// A call run by itself (a read, or a write with transactions of its own).
+    Alone(Box<dyn FnOnce(&mut Connection) + Send>),
+    /// A write that may share a transaction with the writes queued with it.
+    /// Running it gives its error, if it failed, and how to answer its
+    /// caller once the transaction it ran in has committed (or not).
+    Write(Write),
+}
+
+/// A write as the thread runs it (see [`Job::Write`]).
+type Write = Box<dyn FnOnce(&mut Connection) -> (Option<LedgerError>, Answer) + Send>;
+
+/// Answers a write's caller with the outcome of the commit it waited for.
+type Answer = Box<dyn FnOnce(std::result::Result<(), LedgerError>) + Send>;
+
+/// The most writes committed in one transaction.
+const GROUP_MOST: usize = 256;
 
 thread_local! {
     /// Set while a call runs on a caller's thread: SQLite's busy handler
@@ -45,6 +71,15 @@ thread_local! {
     static ON_CALLER: Cell<bool> = const { Cell::new(false) };
     /// Set by the busy handler when it gave up for a caller's thread.
     static FOUND_BUSY: Cell<bool> = const { Cell::new(false) };
+    /// Set on the connection's thread while the writes of a group run in
+    /// the transaction they share.
+    static IN_GROUP: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the write running now runs in a transaction shared with other
+/// writes (so it takes a savepoint, not a transaction of its own).
+pub(crate) fn in_group() -> bool {
+    IN_GROUP.get()
 }
 
 /// SQLite's busy handler for the ledger's connection: on a caller's thread
@@ -81,6 +116,9 @@ pub(crate) struct Shared {
     conn: Arc<Mutex<Connection>>,
     jobs: Option<mpsc::Sender<Job>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Jobs sent to the thread so far (tests wait on it).
+    #[cfg(test)]
+    sent: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -91,10 +129,9 @@ impl Shared {
         let on_thread = conn.clone();
         let thread = std::thread::Builder::new()
             .name("warden-ledger".into())
-            .spawn(move || {
-                while let Ok(job) = incoming.recv() {
-                    job(&mut lock(&on_thread));
-                }
+            .spawn({
+                let name = name.to_string();
+                move || serve(&incoming, &on_thread, &name)
             })
             .map_err(|e| LedgerError::Storage(format!("cannot start the ledger's thread: {e}")))?;
         Ok(Shared {
@@ -102,6 +139,8 @@ impl Shared {
             conn,
             jobs: Some(jobs),
             thread: Some(thread),
+            #[cfg(test)]
+            sent: Default::default(),
         })
     }
 
@@ -116,6 +155,38 @@ impl Shared {
             Some(out) => out,
             None => self.on_thread(call).await,
         }
+    }
+
+    /// Run the write `call` on the connection: here if it is free and the
+    /// file is not busy, else on the connection's thread, where it may share
+    /// a transaction with the writes queued beside it (see the module's
+    /// doc). `call` must take its transaction through the ledger's `write`,
+    /// which nests in that transaction.
+    pub(crate) async fn write<T: Send + 'static>(
+        &self,
+        call: impl Fn(&mut Connection) -> Result<T> + Send + Sync + 'static,
+    ) -> Result<T> {
+        let call: Call<T> = Arc::new(call);
+        if let Some(out) = self.try_here(&call) {
+            return out;
+        }
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let name = self.name.clone();
+        let job = Job::Write(Box::new(move |conn| {
+            let out = std::panic::catch_unwind(AssertUnwindSafe(|| call(conn)))
+                .unwrap_or_else(|_| Err(bug()))
+                .map_err(|e| check::named(e, &name));
+            let failed = out.as_ref().err().cloned();
+            let reply: Answer = Box::new(move |committed| {
+                let _ = answer.send(match (out, committed) {
+                    (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+                    (Ok(v), Ok(())) => Ok(v),
+                });
+            });
+            (failed, reply)
+        }));
+        self.send(job)?;
+        answered.await.map_err(|_| bug())?
     }
 
     /// Run `call` on the connection's thread, always: for calls that may
@@ -153,20 +224,109 @@ impl Shared {
     async fn on_thread<T: Send + 'static>(&self, call: Call<T>) -> Result<T> {
         let (answer, answered) = tokio::sync::oneshot::channel();
         let name = self.name.clone();
-        let job: Job = Box::new(move |conn| {
+        let job = Job::Alone(Box::new(move |conn| {
             // A panic rolls its transaction back and is logged by the panic
             // hook; the caller gets an error and the thread serves on.
             if let Ok(out) = std::panic::catch_unwind(AssertUnwindSafe(|| call(conn))) {
                 let _ = answer.send(out.map_err(|e| check::named(e, &name)));
             }
-        });
+        }));
+        self.send(job)?;
+        answered.await.map_err(|_| bug())?
+    }
+
+    fn send(&self, job: Job) -> Result<()> {
+        #[cfg(test)]
+        self.sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let stopped = || LedgerError::Storage("the ledger's connection thread has stopped".into());
         self.jobs
             .as_ref()
             .ok_or_else(stopped)?
             .send(job)
-            .map_err(|_| stopped())?;
-        answered.await.map_err(|_| bug())?
+            .map_err(|_| stopped())
+    }
+}
+
+/// The connection's thread: every job in the order it came, writes queued
+/// together committed together.
+fn serve(incoming: &mpsc::Receiver<Job>, conn: &Mutex<Connection>, name: &str) {
+    let mut next = None;
+    loop {
+        let job = match next.take() {
+            Some(job) => job,
+            None => match incoming.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            },
+        };
+        match job {
+            Job::Alone(call) => call(&mut lock(conn)),
+            Job::Write(first) => {
+                let mut group = vec![first];
+                while group.len() < GROUP_MOST {
+                    match incoming.try_recv() {
+                        Ok(Job::Write(w)) => group.push(w),
+                        Ok(other) => {
+                            next = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                commit_together(&mut lock(conn), group, name);
+            }
+        }
+    }
+}
+
+/// Run `group` in one transaction, each write in a savepoint, and answer
+/// each once it has committed.
+fn commit_together(conn: &mut Connection, group: Vec<Write>, name: &str) {
+    let alone = |conn: &mut Connection, w: Write| {
+        let (_, answer) = w(conn);
+        answer(Ok(()));
+    };
+    if group.len() == 1 || conn.execute_batch("BEGIN IMMEDIATE").is_err() {
+        // One write, or no transaction to share (the file stayed busy): each
+        // takes its own, and meets whatever kept this one from beginning.
+        for w in group {
+            alone(conn, w);
+        }
+        return;
+    }
+    let mut ran: Vec<Answer> = Vec::with_capacity(group.len());
+    let mut lost = None;
+    let mut rest = group.into_iter();
+    for w in rest.by_ref() {
+        IN_GROUP.set(true);
+        let (failed, answer) = w(conn);
+        IN_GROUP.set(false);
+        ran.push(answer);
+        if conn.is_autocommit() {
+            // SQLite rolled the whole transaction back: what ran before this
+            // write is gone with it.
+            lost = Some(failed.unwrap_or_else(|| {
+                LedgerError::Storage(
+                    "the transaction shared with other writes was rolled back".into(),
+                )
+            }));
+            break;
+        }
+    }
+    let committed = match lost {
+        Some(e) => Err(e),
+        None => conn
+            .execute_batch("COMMIT")
+            .map_err(|e| check::named(LedgerError::from(e), name)),
+    };
+    if committed.is_err() && !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    for answer in ran {
+        answer(committed.clone());
+    }
+    for w in rest {
+        alone(conn, w);
     }
 }
 
@@ -291,5 +451,138 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(n, 1);
+    }
+
+    /// Hold the connection's thread until the returned sender is dropped.
+    fn hold_thread(shared: &Shared) -> std::sync::mpsc::Sender<()> {
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let (started, running) = std::sync::mpsc::channel::<()>();
+        let job = Job::Alone(Box::new(move |_| {
+            let _ = started.send(());
+            let _ = held.recv();
+        }));
+        shared.send(job).unwrap();
+        running.recv().unwrap();
+        release
+    }
+
+    /// A write as the ledger's `write` runs it: its own transaction when
+    /// none is open, else a savepoint. Records whether one was open.
+    fn insert(
+        n: i64,
+        seen: Arc<Mutex<Vec<(i64, bool)>>>,
+    ) -> impl Fn(&mut Connection) -> Result<()> {
+        move |c: &mut Connection| {
+            let shared_tx = in_group();
+            assert_eq!(
+                shared_tx,
+                !c.is_autocommit(),
+                "in a group exactly when a transaction is open"
+            );
+            seen.lock().unwrap().push((n, shared_tx));
+            if n == LOSES_ALL {
+                // As SQLite does at a full disk: the whole transaction goes.
+                c.execute_batch("ROLLBACK")?;
+                return Err(LedgerError::Unavailable("the disk is full".into()));
+            }
+            let sp = c.savepoint()?;
+            if n < 0 {
+                return Err(LedgerError::Storage(format!("write {n} is refused")));
+            }
+            sp.execute("INSERT INTO t VALUES (?1)", [n])?;
+            sp.commit()?;
+            Ok(())
+        }
+    }
+
+    const LOSES_ALL: i64 = -99;
+
+    fn rows(dir: &std::path::Path) -> Vec<i64> {
+        let c = Connection::open(dir.join("l.db")).unwrap();
+        let mut s = c.prepare("SELECT n FROM t ORDER BY rowid").unwrap();
+        s.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_queued_together_commit_in_one_transaction_and_a_bad_one_fails_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = Arc::new(file_store(dir.path()));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        // The connection is busy (another task's long read, say): the writes
+        // that come meanwhile queue on its thread.
+        let release = hold_thread(&shared);
+        let writes: Vec<_> = [1, 2, -3, 4]
+            .into_iter()
+            .map(|n| {
+                let (shared, seen) = (shared.clone(), seen.clone());
+                tokio::spawn(async move { shared.write(insert(n, seen)).await })
+            })
+            .collect();
+        // Every write is queued before the thread is let go.
+        while shared.sent.load(std::sync::atomic::Ordering::SeqCst) < 5 {
+            tokio::task::yield_now().await;
+        }
+        drop(release);
+        let mut outcomes = Vec::new();
+        for w in writes {
+            outcomes.push(w.await.unwrap().map_err(|e| e.to_string()));
+        }
+        assert_eq!(
+            outcomes.iter().filter(|o| o.is_err()).count(),
+            1,
+            "{outcomes:?}"
+        );
+        let mut landed = rows(dir.path());
+        landed.sort();
+        assert_eq!(
+            landed,
+            [1, 2, 4],
+            "the bad write's savepoint alone was rolled back"
+        );
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 4, "each ran once: {seen:?}");
+        assert!(
+            seen.iter().all(|(_, shared_tx)| *shared_tx),
+            "all ran in the one transaction: {seen:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_shared_transaction_sqlite_rolled_back_fails_the_writes_in_it_and_the_rest_run_alone()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = Arc::new(file_store(dir.path()));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let release = hold_thread(&shared);
+        let mut writes = Vec::new();
+        for n in [1, LOSES_ALL, 3] {
+            let (s, seen) = (shared.clone(), seen.clone());
+            writes.push(tokio::spawn(async move { s.write(insert(n, seen)).await }));
+            // Queued in this order.
+            let queued = writes.len() + 1;
+            while shared.sent.load(std::sync::atomic::Ordering::SeqCst) < queued {
+                tokio::task::yield_now().await;
+            }
+        }
+        drop(release);
+        let mut outcomes = Vec::new();
+        for w in writes {
+            outcomes.push(w.await.unwrap().map_err(|e| e.to_string()));
+        }
+        assert_eq!(
+            outcomes,
+            [
+                Err("the ledger is unavailable: the disk is full".to_string()),
+                Err("the ledger is unavailable: the disk is full".to_string()),
+                Ok(())
+            ],
+            "the first was lost with the transaction; the last ran alone"
+        );
+        assert_eq!(rows(dir.path()), [3]);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen, [(1, true), (LOSES_ALL, true), (3, false)]);
     }
 }

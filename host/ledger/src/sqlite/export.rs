@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{Connection, Transaction, params};
+use rusqlite::{Connection, params};
 use warden_protocol::SessionId;
 
 use super::{Result, audit, messages, phase, sessions, timeline};
@@ -40,11 +40,7 @@ pub fn export(conn: &Connection, id: &SessionId) -> Result<Option<SessionExport>
 /// Write `export` inside `tx`; `false` (nothing written) if its session is
 /// here already. The audit trail is packed per tool call as `audit` packs
 /// it; its entries read back the same.
-pub fn import(
-    tx: &Transaction<'_>,
-    guests: &audit::GuestKeys,
-    export: &SessionExport,
-) -> Result<bool> {
+pub fn import(tx: &Connection, guests: &audit::GuestKeys, export: &SessionExport) -> Result<bool> {
     let id = &export.session.id;
     if sessions::get(tx, id)?.is_some() {
         return Ok(false);

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 use warden_protocol::{MessageInfo, MessageWithParts, Millis, Part, PartBody, SessionId};
 
@@ -64,7 +64,7 @@ pub fn encode_part(part: &Part) -> Result<String> {
 
 /// Insert or update a header, stored without what its context says;
 /// `false` if its session is missing.
-pub fn put_message(tx: &Transaction<'_>, info: &MessageInfo, now: Millis) -> Result<bool> {
+pub fn put_message(tx: &Connection, info: &MessageInfo, now: Millis) -> Result<bool> {
     let Some((directory, parent_model)) = context_of(tx, info)? else {
         return Ok(false);
     };
@@ -89,7 +89,7 @@ pub fn put_message(tx: &Transaction<'_>, info: &MessageInfo, now: Millis) -> Res
 /// (`Some`: with the arguments a finishing call started with, when a hook
 /// rewrote them), and `audit`, all inside `tx`.
 pub fn put_part(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     guests: &audit::GuestKeys,
     part: &Part,
     body: &str,

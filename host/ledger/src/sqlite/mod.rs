@@ -31,7 +31,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use rusqlite::{Connection, Transaction, TransactionBehavior};
+use rusqlite::{Connection, TransactionBehavior};
 use warden_protocol::{
     MessageId, MessageInfo, MessageWithParts, Millis, Part, SessionId, SessionInfo,
 };
@@ -124,6 +124,16 @@ impl SqliteStore {
         self.conn.run(job).await
     }
 
+    /// Run the write `job` (one that takes its transaction through
+    /// [`write`]) on the connection, committed with the writes queued beside
+    /// it when it has to wait (see [`connection`]).
+    async fn write<T: Send + 'static>(
+        &self,
+        job: impl Fn(&mut Connection) -> Result<T> + Send + Sync + 'static,
+    ) -> Result<T> {
+        self.conn.write(job).await
+    }
+
     /// Run `job` on the connection's thread: a read of a whole session or
     /// more, which should not hold an async worker.
     async fn run_there<T: Send + 'static>(
@@ -134,19 +144,32 @@ impl SqliteStore {
     }
 }
 
-/// The one path every write to a session takes: one transaction, and with
-/// a fence, the fence checked first inside it. Every write takes the write
-/// lock when it begins (an immediate transaction): a fenced write so no
-/// other process can take the lease between the check and the write, and a
-/// write that reads first (a rule change) because a deferred transaction
-/// that read cannot wait for the lock: it fails at once with "database is
-/// locked" when another process wrote meanwhile.
+/// The one path every write to a session takes: one transaction (or, when
+/// the connection's thread runs it with other writes, a savepoint in theirs;
+/// see `connection`), and with a fence, the fence checked first inside it.
+/// Every write takes the write lock when it begins (an immediate
+/// transaction): a fenced write so no other process can take the lease
+/// between the check and the write, and a write that reads first (a rule
+/// change) because a deferred transaction that read cannot wait for the
+/// lock: it fails at once with "database is locked" when another process
+/// wrote meanwhile.
 fn write<T>(
     conn: &mut Connection,
     session: &SessionId,
     fence: Option<&Fence>,
-    f: impl FnOnce(&Transaction<'_>) -> Result<T>,
+    f: impl FnOnce(&Connection) -> Result<T>,
 ) -> Result<T> {
+    if connection::in_group() {
+        // Inside a transaction shared with other writes: a savepoint, so
+        // this write fails (and rolls back) alone.
+        let sp = conn.savepoint()?;
+        if let Some(fence) = fence {
+            lease::check_fence(&sp, session, fence)?;
+        }
+        let out = f(&sp)?;
+        sp.commit()?;
+        return Ok(out);
+    }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     if let Some(fence) = fence {
         lease::check_fence(&tx, session, fence)?;
@@ -168,7 +191,7 @@ impl Store for SqliteStore {
 
     async fn create_session(&self, info: &SessionInfo) -> Result<()> {
         let info = info.clone();
-        self.run(move |c| write(c, &info.id, None, |tx| sessions::create(tx, &info)))
+        self.write(move |c| write(c, &info.id, None, |tx| sessions::create(tx, &info)))
             .await
     }
 
@@ -191,7 +214,7 @@ impl Store for SqliteStore {
         // Taken once the write lock is held: a call that found the file busy
         // before that runs again with the change still in place.
         let change = std::sync::Mutex::new(Some(change));
-        self.run(move |c| {
+        self.write(move |c| {
             write(c, &id, fence.as_ref(), |tx| {
                 let change = change
                     .lock()
@@ -211,13 +234,13 @@ impl Store for SqliteStore {
 
     async fn delete_session(&self, id: &SessionId, fence: Option<&Fence>) -> Result<bool> {
         let (id, fence) = (id.clone(), fence.cloned());
-        self.run(move |c| write(c, &id, fence.as_ref(), |tx| sessions::delete(tx, &id)))
+        self.write(move |c| write(c, &id, fence.as_ref(), |tx| sessions::delete(tx, &id)))
             .await
     }
 
     async fn touch_session(&self, id: &SessionId, fence: Option<&Fence>) -> Result<bool> {
         let (id, fence) = (id.clone(), fence.cloned());
-        self.run(move |c| {
+        self.write(move |c| {
             write(c, &id, fence.as_ref(), |tx| {
                 sessions::touch(tx, &id, now_ms())
             })
@@ -227,7 +250,7 @@ impl Store for SqliteStore {
 
     async fn put_message(&self, info: &MessageInfo, fence: Option<&Fence>) -> Result<bool> {
         let (info, fence) = (info.clone(), fence.cloned());
-        self.run(move |c| {
+        self.write(move |c| {
             write(c, info.session_id(), fence.as_ref(), |tx| {
                 messages::put_message(tx, &info, now_ms())
             })
@@ -246,7 +269,7 @@ impl Store for SqliteStore {
         let (part, audit, fence) = (part.clone(), audit.to_vec(), fence.cloned());
         let timeline = timeline.map(|t| t.started_with.cloned());
         let guests = self.guests.clone();
-        self.run(move |c| {
+        self.write(move |c| {
             write(c, &part.session_id, fence.as_ref(), |tx| {
                 let row = timeline.as_ref().map(|w| w.as_ref());
                 messages::put_part(tx, &guests, &part, &body, row, &audit, now_ms())
@@ -268,7 +291,7 @@ impl Store for SqliteStore {
             .collect::<Result<_>>()?;
         let (info, marks, fence) = (info.clone(), marks.to_vec(), fence.cloned());
         let guests = self.guests.clone();
-        self.run(move |c| {
+        self.write(move |c| {
             write(c, info.session_id(), fence.as_ref(), |tx| {
                 let now = now_ms();
                 if !messages::put_message(tx, &info, now)? {
@@ -311,7 +334,7 @@ impl Store for SqliteStore {
     ) -> Result<()> {
         let (session, entries, fence) = (session.clone(), entries.to_vec(), fence.cloned());
         let guests = self.guests.clone();
-        self.run(move |c| {
+        self.write(move |c| {
             write(c, &session, fence.as_ref(), |tx| {
                 audit::insert(tx, &guests, &entries)
             })
@@ -337,7 +360,7 @@ impl Store for SqliteStore {
             marks.to_vec(),
             fence.cloned(),
         );
-        self.run(move |c| {
+        self.write(move |c| {
             write(c, &session, fence.as_ref(), |tx| {
                 phase::insert(tx, &session, message.as_ref(), &marks)
             })
@@ -393,7 +416,7 @@ impl Store for SqliteStore {
 
     async fn enqueue_prompt(&self, session: &SessionId, body: &str) -> Result<i64> {
         let (session, body) = (session.clone(), body.to_string());
-        self.run(move |c| {
+        self.write(move |c| {
             write(c, &session, None, |tx| {
                 queue::enqueue(tx, &session, &body, now_ms())
             })
@@ -418,7 +441,7 @@ impl Store for SqliteStore {
         fence: Option<&Fence>,
     ) -> Result<bool> {
         let (session, message, fence) = (session.clone(), message.clone(), fence.cloned());
-        self.run(move |c| {
+        self.write(move |c| {
             write(c, &session, fence.as_ref(), |tx| {
                 queue::take(tx, &session, number, &message)
             })
@@ -434,7 +457,7 @@ impl Store for SqliteStore {
         fence: Option<&Fence>,
     ) -> Result<()> {
         let (session, state, fence) = (session.clone(), state.clone(), fence.cloned());
-        self.run(move |c| {
+        self.write(move |c| {
             write(c, &session, fence.as_ref(), |tx| {
                 queue::settle(tx, &session, number, &state, now_ms())
             })

@@ -2,7 +2,7 @@
 //! the session's and message's integer keys, with a numeric kind and the
 //! kind's fields in columns of their own (about 20 bytes a mark).
 
-use rusqlite::{Connection, Transaction, params};
+use rusqlite::{Connection, params};
 use warden_protocol::{MessageId, Millis, SessionId};
 
 use super::Result;
@@ -18,7 +18,7 @@ const INSERT_PHASE: &str = "\
 
 /// Record `marks` inside `tx`.
 pub fn insert(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionId,
     message: Option<&MessageId>,
     marks: &[(Millis, PhaseKind)],
@@ -41,7 +41,7 @@ pub fn insert(
 
 /// One mark with its own number (an import).
 pub fn insert_at(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionId,
     message: Option<&MessageId>,
     seq: i64,

@@ -2,7 +2,7 @@
 //! SQLite (`AUTOINCREMENT`: a number is never given twice, even after the
 //! newest row is deleted), open until a runner settles it.
 
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use warden_protocol::{MessageId, Millis, SessionId};
 
 use super::Result;
@@ -11,7 +11,7 @@ use crate::store::{PromptState, QueuedPrompt, SETTLED_KEPT_MS};
 const COLUMNS: &str = "number, session_id, state, detail, body, accepted_at";
 
 /// Queue a prompt; its number. Prompts settled long ago go.
-pub fn enqueue(tx: &Transaction<'_>, session: &SessionId, body: &str, now: Millis) -> Result<i64> {
+pub fn enqueue(tx: &Connection, session: &SessionId, body: &str, now: Millis) -> Result<i64> {
     tx.prepare_cached(
         "DELETE FROM prompt_queue WHERE session_id = ?1 AND state IN ('answered', 'failed') AND settled_at < ?2",
     )?
@@ -42,7 +42,7 @@ pub fn get(conn: &Connection, number: i64) -> Result<Option<QueuedPrompt>> {
 
 /// Mark a queued prompt taken, its user message `message`; whether it was queued.
 pub fn take(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionId,
     number: i64,
     message: &MessageId,
@@ -58,7 +58,7 @@ pub fn take(
 
 /// Settle an open prompt.
 pub fn settle(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionId,
     number: i64,
     state: &PromptState,

@@ -1,7 +1,7 @@
 //! Session rows in SQLite: create, read, change the session's own rules,
 //! touch, delete with everything recorded about it.
 
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use warden_protocol::{Millis, Rule, SessionId, SessionInfo, SessionTime};
 
 use super::Result;
@@ -11,7 +11,7 @@ use crate::store::PermissionChange;
 
 const COLUMNS: &str = "id, title, directory, permission, created_at, updated_at";
 
-pub fn create(tx: &Transaction<'_>, info: &SessionInfo) -> Result<()> {
+pub fn create(tx: &Connection, info: &SessionInfo) -> Result<()> {
     let rules = serde_json::to_string(&info.permission)
         .map_err(|e| LedgerError::encode("permission rules", e))?;
     tx.execute(
@@ -51,7 +51,7 @@ pub fn all(conn: &Connection) -> Result<Vec<SessionInfo>> {
 
 /// Change the session's rules inside `tx`; `false` if there is no such session.
 pub fn update_permission(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     id: &SessionId,
     now: Millis,
     change: PermissionChange,
@@ -78,7 +78,7 @@ pub fn update_permission(
 }
 
 /// Delete the session and what is recorded about it; `false` if there was none.
-pub fn delete(tx: &Transaction<'_>, id: &SessionId) -> Result<bool> {
+pub fn delete(tx: &Connection, id: &SessionId) -> Result<bool> {
     // Messages and parts go with the session (foreign keys); the timeline,
     // audit trail and phases are removed by its key, the lease by its id.
     for table in ["part_event", "audit", "phase"] {
@@ -97,7 +97,7 @@ pub fn delete(tx: &Transaction<'_>, id: &SessionId) -> Result<bool> {
 }
 
 /// Mark the session as used at `now`; `false` if there is no such session.
-pub fn touch(tx: &Transaction<'_>, id: &SessionId, now: Millis) -> Result<bool> {
+pub fn touch(tx: &Connection, id: &SessionId, now: Millis) -> Result<bool> {
     Ok(tx
         .prepare_cached("UPDATE session SET updated_at = ?2 WHERE id = ?1")?
         .execute(params![id.as_str(), now])?
