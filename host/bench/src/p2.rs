@@ -36,9 +36,15 @@ struct Scripted {
     writes: Vec<&'static str>,
 }
 
-async fn scripted(work: &Path, project: &Path, name: &str, steps: usize) -> Result<Scripted> {
+async fn scripted(
+    work: &Path,
+    project: &Path,
+    name: &str,
+    steps: usize,
+    payload: usize,
+) -> Result<Scripted> {
     let cassette_path = work.join(format!("{name}.json"));
-    common::cassette(&cassette_path, steps, 64)?;
+    common::cassette(&cassette_path, steps, payload)?;
     let config = common::guest_config(false)?;
     let host = common::host(work, &config).await?;
     let store = Arc::new(SqliteStore::open(&work.join(format!("{name}.db")))?);
@@ -118,8 +124,8 @@ pub async fn loop_speed(work: &Path, steps: usize) -> Result<Vec<Row>> {
     // long, on a file of its own, separates what each step adds from what
     // any ledger holds (schema, a session, a first prompt).
     let short_steps = (steps / 10).max(1);
-    let short = scripted(work, &project, "p2short", short_steps).await?;
-    let long = scripted(work, &project, "p2", steps).await?;
+    let short = scripted(work, &project, "p2short", short_steps, 64).await?;
+    let long = scripted(work, &project, "p2", steps, 64).await?;
     let per_step = long.per_step_us;
     let (writes, by_name) = per_step_writes(&long.writes, steps);
     rows.push(
@@ -139,20 +145,22 @@ pub async fn loop_speed(work: &Path, steps: usize) -> Result<Vec<Row>> {
         ))
         .data(json!({"steps": steps, "per_step_us": per_step, "writes_per_step": writes})),
     );
-    let added = (long.db_bytes as f64 - long.tool_bytes as f64)
-        - (short.db_bytes as f64 - short.tool_bytes as f64);
-    let per_step_bytes = added / (steps - short_steps) as f64;
-    let whole = long.db_bytes.saturating_sub(long.tool_bytes) as f64 / steps as f64;
-    rows.push(
-        row(
-            "P2",
-            format!("ledger bytes each step adds beyond the tool's input and output (sessions of {short_steps} and {steps} steps)"),
-            format!("{per_step_bytes:.0} B"),
+    rows.push(bytes_row(&short, &long, "64 B", short_steps, steps));
+    // Larger payloads: a row of the part table over about 1,000 bytes is
+    // where SQLite's storage of it changes (see the ledger's schema 9).
+    for (payload, label, steps) in [(1024, "1 KiB", steps), (64 * 1024, "64 KiB", steps / 10)] {
+        let short_steps = (steps / 10).max(1);
+        let short = scripted(
+            work,
+            &project,
+            &format!("p2b{payload}short"),
+            short_steps,
+            payload,
         )
-        .against("target 1 KB", per_step_bytes / 1024.0, Some(1.0))
-        .note(format!("each file after a checkpoint, minus each call's input and output (kept once, in its part row); the difference between the two files over the {} steps between them. The whole {steps}-step file over its steps: {whole:.0} B (schema, session and prompt included)", steps - short_steps))
-        .data(json!({"ledger_bytes": long.db_bytes, "tool_bytes": long.tool_bytes, "steps": steps, "short_ledger_bytes": short.db_bytes, "short_tool_bytes": short.tool_bytes, "short_steps": short_steps, "whole_file_per_step": whole})),
-    );
+        .await?;
+        let long = scripted(work, &project, &format!("p2b{payload}"), steps, payload).await?;
+        rows.push(bytes_row(&short, &long, label, short_steps, steps));
+    }
 
     // Over the loopback OpenAI Chat Completions adapter.
     let epoch = Instant::now();
@@ -192,4 +200,27 @@ pub async fn loop_speed(work: &Path, steps: usize) -> Result<Vec<Row>> {
         .data(json!({"steps": steps, "per_step_us": per_step, "requests": mock.requests.load(Ordering::SeqCst), "request_bytes": mock.bytes.load(Ordering::SeqCst)})),
     );
     Ok(rows)
+}
+
+/// What each step of `long` adds to its ledger file beyond its calls' input
+/// and output, read against `short` (the same session a tenth as long).
+fn bytes_row(
+    short: &Scripted,
+    long: &Scripted,
+    payload: &str,
+    short_steps: usize,
+    steps: usize,
+) -> Row {
+    let added = (long.db_bytes as f64 - long.tool_bytes as f64)
+        - (short.db_bytes as f64 - short.tool_bytes as f64);
+    let per_step_bytes = added / (steps - short_steps) as f64;
+    let whole = long.db_bytes.saturating_sub(long.tool_bytes) as f64 / steps as f64;
+    row(
+        "P2",
+        format!("ledger bytes each step adds beyond the tool's input and output, {payload} of arguments echoed back (sessions of {short_steps} and {steps} steps)"),
+        format!("{per_step_bytes:.0} B"),
+    )
+    .against("target 1 KB", per_step_bytes / 1024.0, Some(1.0))
+    .note(format!("each file after a checkpoint, minus each call's input and output (kept once, in its part row); the difference between the two files over the {} steps between them. The whole {steps}-step file over its steps: {whole:.0} B (schema, session and prompt included)", steps - short_steps))
+    .data(json!({"payload_bytes": payload, "ledger_bytes": long.db_bytes, "tool_bytes": long.tool_bytes, "steps": steps, "short_ledger_bytes": short.db_bytes, "short_tool_bytes": short.tool_bytes, "short_steps": short_steps, "whole_file_per_step": whole}))
 }

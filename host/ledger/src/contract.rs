@@ -751,6 +751,65 @@ pub(crate) async fn a_session_moves_whole(from: Place, to: Place) {
     );
 }
 
+/// A part reads back whole at every size, through rewrites that grow and
+/// shrink it, in the messages and in the timeline (a backend may keep large
+/// bodies apart from their rows: SQLite does over 900 bytes).
+pub(crate) async fn parts_of_every_size_read_back_whole_through_rewrites(place: Place) {
+    let store = place.open().await;
+    let s = session(1);
+    store.create_session(&s).await.unwrap();
+    let m = user(&s.id);
+    assert!(store.put_message(&m, None).await.unwrap());
+    let text = |n: usize| PartBody::Text {
+        text: "x".repeat(n),
+        synthetic: false,
+        time: None,
+        ignored: false,
+    };
+    let mut grown = part_of(&m, text(1));
+    for n in [
+        10, 899, 900, 901, 1024, 5000, 65_536, 300_000, 10, 70_000, 0,
+    ] {
+        grown.body = text(n);
+        store.put_part(&grown, None, &[], None).await.unwrap();
+        let read = store.messages(&s.id).await.unwrap();
+        assert_eq!(read[0].parts, [grown.clone()], "{n} bytes");
+    }
+    // A tool call whose output is large: its timeline carries it too.
+    let mut call = tool(&m);
+    store
+        .put_part(&call, Some(TimelineRow::default()), &[], None)
+        .await
+        .unwrap();
+    let output = "y".repeat(64 * 1024);
+    if let PartBody::Tool { state, .. } = &mut call.body {
+        *state = ToolState::Completed {
+            input: json!({"path": "big"}),
+            output: output.clone(),
+            title: String::new(),
+            metadata: json!({}),
+            time: warden_protocol::tool_state::Span { start: 1, end: 2 },
+        };
+    }
+    store
+        .put_part(&call, Some(TimelineRow::default()), &[], None)
+        .await
+        .unwrap();
+    let read = store.messages(&s.id).await.unwrap();
+    assert_eq!(read[0].parts, [grown.clone(), call.clone()]);
+    // The timeline keeps states, not content; its envelope (the tool's name)
+    // comes from the part row, wherever that keeps a large body.
+    let timeline = store.part_events(&s.id).await.unwrap();
+    let states: Vec<(&str, &str)> = timeline
+        .iter()
+        .map(|e| match &e.part.body {
+            PartBody::Tool { tool, state, .. } => (tool.as_str(), state.status()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(states, [("read", "pending"), ("read", "completed")]);
+}
+
 /// Run each named check on a fresh SQLite file and a fresh PostgreSQL database.
 macro_rules! on_every_backend {
     ($($check:ident),* $(,)?) => {
@@ -781,6 +840,7 @@ on_every_backend!(
     writers_at_once_all_land,
     a_step_ends_whole_or_not_at_all,
     a_read_is_one_moment_while_another_store_writes,
+    parts_of_every_size_read_back_whole_through_rewrites,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -811,4 +871,55 @@ async fn writers_at_once_land_on_a_database_that_defaults_to_repeatable_read() {
         .await
         .unwrap();
     writers_at_once_all_land(Place::Postgres(url)).await
+}
+
+/// SQLite keeps a large body's chunks in `part_body` only while its part
+/// names them:
+/// a rewrite that shrinks the part, or deleting its session, leaves none
+/// behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_keeps_no_large_body_its_part_no_longer_names() {
+    let place = Place::sqlite();
+    let store = place.open().await;
+    let Place::Sqlite(dir) = &place else {
+        unreachable!()
+    };
+    let bodies = || {
+        rusqlite::Connection::open(dir.path().join("l.db"))
+            .unwrap()
+            .query_row("SELECT count(*) FROM part_body", [], |r| r.get::<_, i64>(0))
+            .unwrap()
+    };
+    let s = session(1);
+    store.create_session(&s).await.unwrap();
+    let m = user(&s.id);
+    store.put_message(&m, None).await.unwrap();
+    let text = |n: usize| PartBody::Text {
+        text: "x".repeat(n),
+        synthetic: false,
+        time: None,
+        ignored: false,
+    };
+    let mut p = part_of(&m, text(4900));
+    store.put_part(&p, None, &[], None).await.unwrap();
+    assert_eq!(
+        bodies(),
+        5,
+        "4,900 bytes and the part's fields, in chunks of 1,000"
+    );
+    p.body = text(5900);
+    store.put_part(&p, None, &[], None).await.unwrap();
+    assert_eq!(bodies(), 6, "the rewrite's chunks replaced the first's");
+    p.body = text(10);
+    store.put_part(&p, None, &[], None).await.unwrap();
+    assert_eq!(bodies(), 0, "shrunk into its row");
+    p.body = text(1900);
+    store.put_part(&p, None, &[], None).await.unwrap();
+    store
+        .put_part(&part_of(&m, text(2900)), None, &[], None)
+        .await
+        .unwrap();
+    assert_eq!(bodies(), 2 + 3);
+    assert!(store.delete_session(&s.id, None).await.unwrap());
+    assert_eq!(bodies(), 0, "gone with the session");
 }

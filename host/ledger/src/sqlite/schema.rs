@@ -283,6 +283,29 @@ pub const MIGRATIONS: &[&str] = &[
     // hook rewrote them) and a completed one no title (`timeline.rs`). An
     // older warden would replay such calls with empty arguments.
     "",
+    // 9: a part's body over `messages::INLINE_MOST` bytes lives in
+    // `part_body`, cut into chunks of `messages::CHUNK` bytes under
+    // consecutive keys (one row from `messages::ONE_ROW_FROM` bytes); its
+    // part row keeps the first key, the count and an empty body. `part` keeps its rows in its key's order (WITHOUT ROWID),
+    // where a row over about 1,000 bytes spills onto an overflow page of its
+    // own, mostly empty; and a rowid table fits one 2 KB row per 4 KiB page.
+    // Chunks of 1,000 bytes fill its pages. The triggers drop the chunks a
+    // part no longer names (rewritten, or deleted with its message or
+    // session). Bodies written before stay in their rows and read the same.
+    r#"
+    CREATE TABLE part_body (
+        key    INTEGER PRIMARY KEY,
+        chunk  BLOB NOT NULL
+    );
+    ALTER TABLE part ADD COLUMN body_key INTEGER;
+    ALTER TABLE part ADD COLUMN body_chunks INTEGER;
+    CREATE TRIGGER part_body_replaced AFTER UPDATE OF body_key ON part
+        WHEN old.body_key IS NOT NULL AND old.body_key IS NOT new.body_key
+        BEGIN DELETE FROM part_body WHERE key >= old.body_key AND key < old.body_key + old.body_chunks; END;
+    CREATE TRIGGER part_body_deleted AFTER DELETE ON part
+        WHEN old.body_key IS NOT NULL
+        BEGIN DELETE FROM part_body WHERE key >= old.body_key AND key < old.body_key + old.body_chunks; END;
+    "#,
 ];
 
 /// Bring the schema up to date (refusing a ledger it cannot write).

@@ -69,7 +69,7 @@ pub fn insert_at(
 /// The session's timeline, in order, each state on its part's envelope.
 pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<PartEvent>> {
     let mut stmt = conn.prepare(
-        "SELECT e.seq, e.at, m.id, e.part, e.status, e.adds, p.body
+        "SELECT e.seq, e.at, m.id, e.part, e.status, e.adds, p.body, p.body_key, p.body_chunks
          FROM part_event e
          JOIN session s ON s.key = e.session
          JOIN message m ON m.key = e.message
@@ -87,9 +87,14 @@ pub fn read(conn: &Connection, session: &SessionId) -> Result<Vec<PartEvent>> {
             r.get::<_, i64>(4)?,
             r.get::<_, Option<String>>(5)?,
             r.get::<_, Option<String>>(6)?,
+            r.get::<_, Option<i64>>(7)?.zip(r.get::<_, Option<i64>>(8)?),
         ))
     })? {
-        let (seq, at, message_id, part_id, status, adds, body) = row?;
+        let (seq, at, message_id, part_id, status, adds, body, chunks) = row?;
+        let body = match body {
+            Some(b) => Some(super::messages::body_of(conn, &part_id, b, chunks)?),
+            None => None,
+        };
         let status = codec::status_name(status).ok_or_else(|| LedgerError::Corrupt {
             what: format!("part event {seq}"),
             reason: format!("unknown status code {status}"),
