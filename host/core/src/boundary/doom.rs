@@ -21,7 +21,10 @@ pub const GIVE_UP: usize = 2 * THRESHOLD;
 
 /// How many calls in a row, ending with this one, in this run (across
 /// this prompt's assistant messages) are the same tool with the same
-/// arguments.
+/// arguments. Read from the end back, and only as far as the calls match:
+/// its cost is the run of repeats, not the session's length. (`history` is
+/// in id order, as the ledger keeps it, so this prompt's messages are its
+/// end.)
 pub(crate) fn repeats(
     history: &[Arc<MessageWithParts>],
     user_id: &warden_protocol::MessageId,
@@ -31,15 +34,15 @@ pub(crate) fn repeats(
 ) -> usize {
     let earlier = history
         .iter()
-        .filter(|m| assistant(m.as_ref()).is_some_and(|a| &a.id > user_id))
-        .flat_map(|m| m.parts.iter());
-    let recent: Vec<&Part> = earlier
-        .chain(this_step.iter())
-        .filter(|p| matches!(p.body, PartBody::Tool { ignored: false, .. }))
-        .collect();
-    recent
+        .rev()
+        .take_while(|m| m.info.id() > user_id)
+        .filter(|m| assistant(m.as_ref()).is_some())
+        .flat_map(|m| m.parts.iter().rev());
+    this_step
         .iter()
         .rev()
+        .chain(earlier)
+        .filter(|p| matches!(p.body, PartBody::Tool { ignored: false, .. }))
         .take_while(|p| match &p.body {
             PartBody::Tool { tool, state, .. } => {
                 tool == name
@@ -88,5 +91,105 @@ pub(super) async fn check(call: &Call<'_>, input: &Value) -> Result<(), CallFail
     match gate::decide(&call.gate(), question, eval).await {
         Verdict::Allowed => Ok(()),
         Verdict::Denied { .. } | Verdict::Rejected { .. } => Err(refused()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warden_protocol::{
+        AssistantInfo, MessageId, MessageInfo, MessagePath, MessageTime, ModelRef, SessionId,
+        UserInfo,
+    };
+
+    fn message(id: &str, user: bool, parts: Vec<Part>) -> Arc<MessageWithParts> {
+        let model = ModelRef {
+            provider: "scripted".into(),
+            model: "x".into(),
+        };
+        let info = if user {
+            MessageInfo::User(UserInfo {
+                id: MessageId(id.into()),
+                session_id: SessionId("s".into()),
+                time: MessageTime::at(0),
+                agent: "build".into(),
+                model,
+            })
+        } else {
+            MessageInfo::Assistant(AssistantInfo {
+                id: MessageId(id.into()),
+                session_id: SessionId("s".into()),
+                parent_id: MessageId("msg_0".into()),
+                agent: "build".into(),
+                mode: "build".into(),
+                model,
+                path: MessagePath::of("/w"),
+                time: MessageTime {
+                    created: 0,
+                    completed: Some(1),
+                },
+                finish: None,
+                tokens: Default::default(),
+                cost: 0.0,
+                error: None,
+                summary: false,
+            })
+        };
+        Arc::new(MessageWithParts { info, parts })
+    }
+
+    fn call(msg: &str, n: usize, path: &str, ignored: bool) -> Part {
+        Part {
+            id: format!("prt_{msg}_{n}").into(),
+            session_id: "s".into(),
+            message_id: msg.into(),
+            body: PartBody::Tool {
+                call_id: format!("c{n}"),
+                tool: "read".into(),
+                state: ToolState::Running {
+                    input: json!({"path": path}),
+                    title: None,
+                    metadata: None,
+                    time: warden_protocol::tool_state::StartTime { start: 0 },
+                },
+                provider_executed: false,
+                ignored,
+            },
+        }
+    }
+
+    #[test]
+    fn repeats_count_back_through_this_prompt_s_messages_only() {
+        let same = json!({"path": "a"});
+        // An earlier prompt's run, long, all the same call: none of it counts.
+        let mut history: Vec<Arc<MessageWithParts>> = (0..10_000)
+            .map(|i| {
+                message(
+                    &format!("msg_{i:06}"),
+                    false,
+                    vec![call("old", i, "a", false)],
+                )
+            })
+            .collect();
+        history.push(message("msg_100000", true, vec![]));
+        history.push(message(
+            "msg_100001",
+            false,
+            vec![call("m1", 1, "b", false)],
+        ));
+        history.push(message(
+            "msg_100002",
+            false,
+            vec![call("m2", 2, "a", false), call("m2", 3, "a", true)],
+        ));
+        let user = MessageId("msg_100000".into());
+        let this_step = [call("m3", 4, "a", false)];
+        // m3's call and m2's first (the ignored retry is skipped); m1's differs.
+        assert_eq!(repeats(&history, &user, &this_step, "read", &same), 2);
+        assert_eq!(repeats(&history, &user, &this_step, "write", &same), 0);
+        // The prompt's own run is all that is read: with no earlier message
+        // of this run, only this step counts.
+        let user = MessageId("msg_100003".into());
+        assert_eq!(repeats(&history, &user, &this_step, "read", &same), 1);
     }
 }
