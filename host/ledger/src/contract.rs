@@ -101,6 +101,16 @@ fn tool(message: &MessageInfo) -> Part {
     )
 }
 
+/// A finished text of `n` bytes.
+fn text(n: usize) -> PartBody {
+    PartBody::Text {
+        text: "x".repeat(n),
+        synthetic: false,
+        time: None,
+        ignored: false,
+    }
+}
+
 fn step_finish(message: &MessageInfo) -> Part {
     part_of(
         message,
@@ -760,12 +770,6 @@ pub(crate) async fn parts_of_every_size_read_back_whole_through_rewrites(place: 
     store.create_session(&s).await.unwrap();
     let m = user(&s.id);
     assert!(store.put_message(&m, None).await.unwrap());
-    let text = |n: usize| PartBody::Text {
-        text: "x".repeat(n),
-        synthetic: false,
-        time: None,
-        ignored: false,
-    };
     let mut grown = part_of(&m, text(1));
     for n in [
         10, 899, 900, 901, 1024, 5000, 65_536, 300_000, 10, 70_000, 0,
@@ -894,12 +898,6 @@ async fn sqlite_keeps_no_large_body_its_part_no_longer_names() {
     store.create_session(&s).await.unwrap();
     let m = user(&s.id);
     store.put_message(&m, None).await.unwrap();
-    let text = |n: usize| PartBody::Text {
-        text: "x".repeat(n),
-        synthetic: false,
-        time: None,
-        ignored: false,
-    };
     let mut p = part_of(&m, text(4900));
     store.put_part(&p, None, &[], None).await.unwrap();
     assert_eq!(

@@ -1043,46 +1043,82 @@ async fn prompts_accepted_by_two_hosts_on_postgresql_are_answered_once_each_in_o
     two_hosts_queue_prompts(&warden_pg_harness::database()).await;
 }
 
-async fn two_hosts_queue_prompts(location: &str) {
-    use tokio::sync::mpsc::unbounded_channel;
-    let dir = tempfile::tempdir().unwrap();
-    let (steps, streams): (Vec<_>, Vec<_>) = (0..3).map(|_| unbounded_channel()).unzip();
-    let a = host_on(
-        location,
-        "host-a",
-        Arc::new(Remote(Mutex::new(streams.into()))),
-    )
-    .await;
-    // B has no model answers at all: if it ran a step, its prompt would fail.
-    let b = host_on(
-        location,
-        "host-b",
-        Arc::new(Remote(Mutex::new(Default::default()))),
-    )
-    .await;
-    let session = a.create_session(dir.path(), "two hosts").await.unwrap();
-    let input = |text: &str| PromptInput {
-        session_id: session.id.clone(),
+/// Two hosts on one ledger, A running a first prompt ("first") when this
+/// returns. A's model answers from the streams in `steps`, one per step; B
+/// has no model answers at all: if it ran a step, its prompt would fail.
+struct TwoHosts {
+    a: Core,
+    b: Core,
+    session: SessionInfo,
+    steps: std::vec::IntoIter<tokio::sync::mpsc::UnboundedSender<LlmEvent>>,
+    first: tokio::task::JoinHandle<Result<MessageWithParts>>,
+    _dir: tempfile::TempDir,
+}
+
+impl TwoHosts {
+    async fn start(location: &str, steps: usize) -> TwoHosts {
+        use tokio::sync::mpsc::unbounded_channel;
+        let dir = tempfile::tempdir().unwrap();
+        let (senders, streams): (Vec<_>, Vec<_>) = (0..steps).map(|_| unbounded_channel()).unzip();
+        let a = host_on(
+            location,
+            "host-a",
+            Arc::new(Remote(Mutex::new(streams.into()))),
+        )
+        .await;
+        let b = host_on(
+            location,
+            "host-b",
+            Arc::new(Remote(Mutex::new(Default::default()))),
+        )
+        .await;
+        let session = a.create_session(dir.path(), "two hosts").await.unwrap();
+        let mut events = a.bus().subscribe();
+        let first = tokio::spawn({
+            let (a, p) = (a.clone(), input(&session.id, "first"));
+            async move { a.prompt(p).await }
+        });
+        loop {
+            if let Event::SessionStatus { status, .. } = &*events.recv().await.unwrap()
+                && *status == SessionStatus::Busy
+            {
+                break;
+            }
+        }
+        TwoHosts {
+            a,
+            b,
+            session,
+            steps: senders.into_iter(),
+            first,
+            _dir: dir,
+        }
+    }
+}
+
+fn input(session: &SessionId, text: &str) -> PromptInput {
+    PromptInput {
+        session_id: session.clone(),
         text: text.into(),
         model: Some(ModelRef {
             provider: "remote".into(),
             model: "m".into(),
         }),
         ..PromptInput::default()
-    };
-    let mut events = a.bus().subscribe();
-    let first = tokio::spawn({
-        let (a, p) = (a.clone(), input("first"));
-        async move { a.prompt(p).await }
-    });
-    // A is running the first prompt when B accepts the second and A the third.
-    loop {
-        if let Event::SessionStatus { status, .. } = &*events.recv().await.unwrap()
-            && *status == SessionStatus::Busy
-        {
-            break;
-        }
     }
+}
+
+async fn two_hosts_queue_prompts(location: &str) {
+    // A is running the first prompt when B accepts the second and A the third.
+    let TwoHosts {
+        a,
+        b,
+        session,
+        mut steps,
+        first,
+        _dir,
+    } = TwoHosts::start(location, 3).await;
+    let input = |text: &str| input(&session.id, text);
     let second_number = b.accept(&input("second")).await.unwrap();
     let second = tokio::spawn({
         let (b, s) = (b.clone(), session.id.clone());
@@ -1092,7 +1128,6 @@ async fn two_hosts_queue_prompts(location: &str) {
         let (a, p) = (a.clone(), input("third"));
         async move { a.prompt(p).await }
     });
-    let mut steps = steps.into_iter();
     say(steps.next().unwrap(), "one");
     say(steps.next().unwrap(), "two");
     say(steps.next().unwrap(), "three");
@@ -1168,43 +1203,14 @@ async fn a_waiter_on_postgresql_reads_only_when_another_host_sends_a_notice() {
 /// step is quiet; A's answer to it reaches B once A settles it.
 async fn waits_without_looking(location: &str) {
     use crate::hosts::wait::LOOKS;
-    use tokio::sync::mpsc::unbounded_channel;
-    let dir = tempfile::tempdir().unwrap();
-    let (steps, streams): (Vec<_>, Vec<_>) = (0..2).map(|_| unbounded_channel()).unzip();
-    let a = host_on(
-        location,
-        "host-a",
-        Arc::new(Remote(Mutex::new(streams.into()))),
-    )
-    .await;
-    let b = host_on(
-        location,
-        "host-b",
-        Arc::new(Remote(Mutex::new(Default::default()))),
-    )
-    .await;
-    let session = a.create_session(dir.path(), "a quiet step").await.unwrap();
-    let input = |text: &str| PromptInput {
-        session_id: session.id.clone(),
-        text: text.into(),
-        model: Some(ModelRef {
-            provider: "remote".into(),
-            model: "m".into(),
-        }),
-        ..PromptInput::default()
-    };
-    let mut events = a.bus().subscribe();
-    let first = tokio::spawn({
-        let (a, p) = (a.clone(), input("first"));
-        async move { a.prompt(p).await }
-    });
-    loop {
-        if let Event::SessionStatus { status, .. } = &*events.recv().await.unwrap()
-            && *status == SessionStatus::Busy
-        {
-            break;
-        }
-    }
+    let TwoHosts {
+        b,
+        session,
+        mut steps,
+        first,
+        ..
+    } = TwoHosts::start(location, 2).await;
+    let input = |text: &str| input(&session.id, text);
     let number = b.accept(&input("second")).await.unwrap();
     let second = tokio::spawn({
         let (b, s) = (b.clone(), session.id.clone());
@@ -1225,7 +1231,6 @@ async fn waits_without_looking(location: &str) {
         "B looked with nothing changed"
     );
 
-    let mut steps = steps.into_iter();
     say(steps.next().unwrap(), "one");
     say(steps.next().unwrap(), "two");
     assert_eq!(first.await.unwrap().unwrap().text(), "one");

@@ -497,6 +497,16 @@ mod tests {
 
     const LOSES_ALL: i64 = -99;
 
+    async fn outcomes(
+        writes: Vec<tokio::task::JoinHandle<Result<()>>>,
+    ) -> Vec<std::result::Result<(), String>> {
+        let mut out = Vec::new();
+        for w in writes {
+            out.push(w.await.unwrap().map_err(|e| e.to_string()));
+        }
+        out
+    }
+
     fn rows(dir: &std::path::Path) -> Vec<i64> {
         let c = Connection::open(dir.join("l.db")).unwrap();
         let mut s = c.prepare("SELECT n FROM t ORDER BY rowid").unwrap();
@@ -526,10 +536,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         drop(release);
-        let mut outcomes = Vec::new();
-        for w in writes {
-            outcomes.push(w.await.unwrap().map_err(|e| e.to_string()));
-        }
+        let outcomes = outcomes(writes).await;
         assert_eq!(
             outcomes.iter().filter(|o| o.is_err()).count(),
             1,
@@ -568,10 +575,7 @@ mod tests {
             }
         }
         drop(release);
-        let mut outcomes = Vec::new();
-        for w in writes {
-            outcomes.push(w.await.unwrap().map_err(|e| e.to_string()));
-        }
+        let outcomes = outcomes(writes).await;
         assert_eq!(
             outcomes,
             [
