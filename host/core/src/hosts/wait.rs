@@ -6,7 +6,8 @@
 //! - a [`Notice`] for the session: the prompt settled, or the lease was
 //!   given back (from this process's bus, or relayed from another host);
 //! - a write to the ledger by another process, where no relay carries
-//!   notices (a SQLite file; warden-ledger's `watch.rs`);
+//!   notices (a SQLite file: one kernel watch per process, shared by its
+//!   waiters through `Ledger::writes`);
 //! - the lease's expiry (a runner that stopped renewing: paused, or on a
 //!   machine that went away);
 //! - its holder's exit, when the holder is a process on this machine.
@@ -56,7 +57,7 @@ pub(crate) async fn prompt(core: &Core, session: &SessionId, number: i64) -> Res
     let ledger = &core.inner.ledger;
     // Listen before reading, so nothing that happens after the read is missed.
     let mut notices = core.bus().subscribe_notices();
-    let mut writes = ledger.watch_writes();
+    let mut writes = ledger.writes();
     let nothing_wakes = writes.is_none() && !core.bus().is_relayed();
     let mut exit: Option<(String, futures::future::Fuse<_>)> = None;
     loop {
@@ -89,7 +90,11 @@ pub(crate) async fn prompt(core: &Core, session: &SessionId, number: i64) -> Res
             },
             () = async {
                 match writes.as_mut() {
-                    Some(w) => w.changed().await,
+                    // A change, or several (lagged): look again either way.
+                    Some(w) => match w.recv().await {
+                        Ok(()) | Err(RecvError::Lagged(_)) => {}
+                        Err(RecvError::Closed) => std::future::pending().await,
+                    },
                     None => std::future::pending().await,
                 }
             } => tokio::time::sleep_until(looked + WRITES_COALESCE).await,

@@ -118,6 +118,9 @@ pub struct Ledger {
     /// taking the lease until giving it back. Kept when a renewal fails (the
     /// cached copy goes, the fence stays), so a stale runner stays fenced.
     fences: Arc<Mutex<HashMap<SessionId, Fence>>>,
+    /// Other processes' writes to a ledger shared without a relay, told to
+    /// every waiter of this process from one watch (see [`Ledger::writes`]).
+    writes: Arc<Mutex<Option<tokio::sync::broadcast::Sender<()>>>>,
 }
 
 impl Ledger {
@@ -149,6 +152,7 @@ impl Ledger {
             bus,
             held: Arc::new(Mutex::new(HashMap::new())),
             fences,
+            writes: Default::default(),
         }
     }
 
@@ -647,10 +651,37 @@ impl Ledger {
         Ok(self.store.lease(session).await?)
     }
 
-    /// A watch on other processes' writes, for a ledger they share without
-    /// a relay (a SQLite file); see warden-ledger's `watch.rs`.
-    pub fn watch_writes(&self) -> Option<warden_ledger::watch::Writes> {
-        self.store.watch_writes()
+    /// Told of every write to the ledger (by any process, this one's too)
+    /// where other processes share it without a relay (a SQLite file); see
+    /// warden-ledger's `watch.rs`. One watch serves every receiver of this
+    /// process (a kernel watch each would run into the limit on them): a
+    /// task started by the first receiver, which ends at the first change
+    /// after the last receiver went. `None` where nothing can be watched.
+    pub fn writes(&self) -> Option<tokio::sync::broadcast::Receiver<()>> {
+        let mut slot = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(tx) = slot.as_ref() {
+            return Some(tx.subscribe());
+        }
+        let mut watch = self.store.watch_writes()?;
+        let (tx, rx) = tokio::sync::broadcast::channel(1);
+        *slot = Some(tx.clone());
+        let shared = self.writes.clone();
+        tokio::spawn(async move {
+            loop {
+                watch.changed().await;
+                let mut slot = shared.lock().unwrap_or_else(|p| p.into_inner());
+                if tx.receiver_count() == 0 {
+                    // Under the slot's lock: a receiver asking now starts
+                    // a watch of its own.
+                    *slot = None;
+                    return;
+                }
+                // A receiver behind by one change has lagged, which it
+                // reads as a change.
+                let _ = tx.send(());
+            }
+        });
+        Some(rx)
     }
 
     /// Stop using the lease `fence` names in this process (its held copy and

@@ -669,3 +669,40 @@ async fn marks_come_back_in_order() {
             .collect::<Vec<_>>()
     );
 }
+
+/// One watch serves every receiver of another process's writes, and one is
+/// started again once the last receiver is gone.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_waiter_hears_another_process_s_writes_from_one_watch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let ledger = Ledger::open(&path, Bus::new()).unwrap();
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("CREATE TABLE scratch (n)").unwrap();
+    let write = |n: i64| {
+        other
+            .execute("INSERT INTO scratch VALUES (?1)", [n])
+            .unwrap()
+    };
+    let heard = |rx: &mut tokio::sync::broadcast::Receiver<()>| {
+        let mut rx = rx.resubscribe();
+        async move {
+            tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv())
+                .await
+                .is_ok()
+        }
+    };
+    let mut a = ledger.writes().expect("a watch on a SQLite file");
+    let mut b = ledger.writes().expect("the same watch");
+    let (ha, hb) = (heard(&mut a), heard(&mut b));
+    write(1);
+    assert!(ha.await && hb.await, "both heard the write");
+    drop((a, b));
+    // The watch ends at the next change; a new receiver gets a new one.
+    write(2);
+    let mut c = ledger.writes().expect("a watch again");
+    let hc = heard(&mut c);
+    write(3);
+    assert!(hc.await, "heard by the new watch");
+}
