@@ -224,3 +224,72 @@ fn bytes_row(
     .note(format!("each file after a checkpoint, minus each call's input and output (kept once, in its part row); the difference between the two files over the {} steps between them. The whole {steps}-step file over its steps: {whole:.0} B (schema, session and prompt included)", steps - short_steps))
     .data(json!({"payload_bytes": payload, "ledger_bytes": long.db_bytes, "tool_bytes": long.tool_bytes, "steps": steps, "short_ledger_bytes": short.db_bytes, "short_tool_bytes": short.tool_bytes, "short_steps": short_steps, "whole_file_per_step": whole}))
 }
+
+/// How a step's cost grows with the session's length: one scripted session
+/// of `steps` single-call steps, each step timed from its assistant
+/// message's creation to the next one's (the ledger's clock, in
+/// milliseconds, so read as the mean over a window of steps).
+pub async fn by_length(work: &Path, steps: usize) -> Result<Vec<Row>> {
+    let project = work.join("p2len");
+    std::fs::create_dir_all(&project)?;
+    let cassette_path = work.join("p2len.json");
+    common::cassette(&cassette_path, steps, 64)?;
+    let config = common::guest_config(false)?;
+    let host = common::host(work, &config).await?;
+    let core = common::core_on(work, "p2len", Registry::of(host), config, Models::new())?;
+    common::drain_bus(core.bus());
+    let session = core.create_session(&project, "p2 length").await?;
+    let answer = core
+        .prompt(PromptInput {
+            session_id: session.id.clone(),
+            text: "go".into(),
+            model: Some(common::scripted_model(&cassette_path)),
+            ..PromptInput::default()
+        })
+        .await?;
+    anyhow::ensure!(
+        answer.text() == "done",
+        "the scripted session did not finish"
+    );
+    let created: Vec<i64> = core
+        .ledger()
+        .messages(&session.id)
+        .await?
+        .iter()
+        .filter(|m| m.info.role() == "assistant")
+        .map(|m| m.info.created())
+        .collect();
+    const WINDOW: usize = 100;
+    let mean_ms = |from: usize| -> Option<f64> {
+        let (a, b) = (created.get(from)?, created.get(from + WINDOW)?);
+        Some((b - a) as f64 / WINDOW as f64)
+    };
+    let mut rows = Vec::new();
+    let at = [10, steps / 10, steps - WINDOW - 1];
+    let first = mean_ms(at[0]);
+    for from in at {
+        let Some(ms) = mean_ms(from) else { continue };
+        let mut r = row(
+            "P2",
+            format!(
+                "scripted step at step {from} of a {steps}-step session (`echo`, 64 B): the mean over steps {from} to {}",
+                from + WINDOW
+            ),
+            fmt_us(ms * 1000.0),
+        );
+        if from != at[0]
+            && let Some(first) = first
+        {
+            r = r.against(
+                format!("the step at step {}: {}", at[0], fmt_us(first * 1000.0)),
+                ms / first,
+                Some(1.1),
+            );
+        }
+        rows.push(
+            r.note("from one assistant message's creation to the next's (the ledger's millisecond clock, so a mean over the window): the whole step, the history read and the conversation built included")
+                .data(json!({"from": from, "window": WINDOW, "mean_ms": ms, "steps": steps})),
+        );
+    }
+    Ok(rows)
+}
