@@ -179,6 +179,16 @@ fn write<T>(
     Ok(out)
 }
 
+/// Run a read of several queries in one read transaction: one snapshot of
+/// the file, so a write another process commits between two of them (a
+/// message, a part's rewritten body) is seen by all of them or by none.
+fn snapshot<T>(conn: &mut Connection, read: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+    let tx = conn.transaction()?;
+    let out = read(&tx)?;
+    tx.commit()?;
+    Ok(out)
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     fn name(&self) -> &str {
@@ -309,21 +319,16 @@ impl Store for SqliteStore {
 
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
         let session = session.clone();
-        self.run_there(move |c| {
-            // Headers and parts are two queries: one read transaction, one
-            // snapshot of the file, or a message another process wrote
-            // between them would bring a part without it.
-            let tx = c.transaction()?;
-            let out = messages::read(&tx, &session)?;
-            tx.commit()?;
-            Ok(out)
-        })
-        .await
+        // Headers, parts and long bodies are several queries.
+        self.run_there(move |c| snapshot(c, |tx| messages::read(tx, &session)))
+            .await
     }
 
     async fn part_events(&self, session: &SessionId) -> Result<Vec<PartEvent>> {
         let session = session.clone();
-        self.run_there(move |c| timeline::read(c, &session)).await
+        // The timeline and its parts' long bodies are several queries.
+        self.run_there(move |c| snapshot(c, |tx| timeline::read(tx, &session)))
+            .await
     }
 
     async fn audit(
@@ -496,14 +501,8 @@ impl Store for SqliteStore {
 
     async fn export_session(&self, id: &SessionId) -> Result<Option<SessionExport>> {
         let id = id.clone();
-        self.run_there(move |c| {
-            // One read transaction: one snapshot of the file.
-            let tx = c.transaction()?;
-            let out = export::export(&tx, &id)?;
-            tx.commit()?;
-            Ok(out)
-        })
-        .await
+        self.run_there(move |c| snapshot(c, |tx| export::export(tx, &id)))
+            .await
     }
 
     async fn import_session(&self, export: &SessionExport) -> Result<bool> {
