@@ -38,12 +38,20 @@ const LEAST_WAIT: Duration = Duration::from_millis(50);
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_MOST: Duration = Duration::from_secs(30);
 
+/// Every lease: (session, holder, expiry).
+type Leases = Vec<(SessionId, String, warden_protocol::Millis)>;
+
 impl Core {
     /// Sessions with work and no live runner, candidates for taking over
     /// with [`Core::run`]: those whose run was cut short by a process that
     /// died (their lease outlived it), and those with queued prompts that no
     /// process is running (the process that accepted them stopped first).
     pub async fn orphaned(&self) -> Result<Vec<SessionId>> {
+        Ok(self.orphans().await?.0)
+    }
+
+    /// The orphans, with the leases they were read from and when.
+    async fn orphans(&self) -> Result<(Vec<SessionId>, Leases, i64)> {
         let now = now_ms();
         let leases = self.inner.ledger.leases().await?;
         let live = |holder: &str, expires: i64| expires > now && !holder::holder_is_dead(holder);
@@ -86,7 +94,7 @@ impl Core {
             }
             out = mine;
         }
-        Ok(out)
+        Ok((out, leases, now))
     }
 
     /// Take over orphaned sessions for as long as this runs (a server runs
@@ -147,7 +155,8 @@ impl Core {
         let lock = |r: &Mutex<HashMap<SessionId, (Instant, Duration)>>| {
             r.lock().unwrap_or_else(|p| p.into_inner()).clone()
         };
-        for s in self.orphaned().await? {
+        let (orphans, leases, now) = self.orphans().await?;
+        for s in orphans {
             let due = lock(retry)
                 .get(&s)
                 .is_none_or(|(at, _)| *at <= Instant::now());
@@ -177,8 +186,6 @@ impl Core {
                 }
             });
         }
-        let now = now_ms();
-        let leases = self.inner.ledger.leases().await?;
         let mut next = Duration::MAX;
         let mut holders = std::collections::HashSet::new();
         for (_, h, expires) in &leases {
