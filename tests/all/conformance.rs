@@ -169,7 +169,8 @@ async fn replay(
         system: vec!["You are a test.".into()],
         messages: vec![std::sync::Arc::new(warden_protocol::ChatMessage::User {
             content: vec![warden_protocol::llm::UserContent::Text { text: "hi".into() }],
-        })],
+        })]
+        .into(),
         tools: vec![],
         max_output_tokens: None,
     };

@@ -52,7 +52,7 @@ fn a_turn_with_a_call_but_stop_keeps_stop() {
     let req = LlmRequest {
         model: "m".into(),
         system: vec![],
-        messages: vec![],
+        messages: Default::default(),
         tools: vec![],
         max_output_tokens: None,
     };

@@ -311,10 +311,83 @@ pub struct LlmRequest {
     /// Shared, not copied: a long session's history is converted once and
     /// each later request only adds its new messages.
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<ChatMessage>))]
-    pub messages: Vec<Arc<ChatMessage>>,
+    pub messages: Conversation,
     pub tools: Vec<ToolSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u32>,
+}
+
+/// The conversation of a request, shared between the requests of one loop.
+///
+/// Taking it for a request is one reference count, not a copy of every
+/// message: the loop keeps its conversation and extends it in place each
+/// round ([`Conversation::make_mut`] copies only while an earlier request
+/// still holds it). Reads see the messages as a `Vec`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Conversation(Arc<Vec<Arc<ChatMessage>>>);
+
+impl Conversation {
+    /// The messages to change: in place when nothing else holds them, else
+    /// a copy of the list (each message is shared, never copied).
+    pub fn make_mut(&mut self) -> &mut Vec<Arc<ChatMessage>> {
+        Arc::make_mut(&mut self.0)
+    }
+
+    /// Whether `other` is this very list, not only an equal one.
+    pub fn ptr_eq(&self, other: &Conversation) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl std::ops::Deref for Conversation {
+    type Target = Vec<Arc<ChatMessage>>;
+    fn deref(&self) -> &Vec<Arc<ChatMessage>> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Conversation {
+    fn deref_mut(&mut self) -> &mut Vec<Arc<ChatMessage>> {
+        self.make_mut()
+    }
+}
+
+impl From<Vec<Arc<ChatMessage>>> for Conversation {
+    fn from(messages: Vec<Arc<ChatMessage>>) -> Conversation {
+        Conversation(Arc::new(messages))
+    }
+}
+
+impl From<Vec<ChatMessage>> for Conversation {
+    fn from(messages: Vec<ChatMessage>) -> Conversation {
+        messages.into_iter().map(Arc::new).collect()
+    }
+}
+
+impl FromIterator<Arc<ChatMessage>> for Conversation {
+    fn from_iter<I: IntoIterator<Item = Arc<ChatMessage>>>(iter: I) -> Conversation {
+        Conversation(Arc::new(iter.into_iter().collect()))
+    }
+}
+
+impl<'a> IntoIterator for &'a Conversation {
+    type Item = &'a Arc<ChatMessage>;
+    type IntoIter = std::slice::Iter<'a, Arc<ChatMessage>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl Serialize for Conversation {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Conversation {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Conversation, D::Error> {
+        Vec::<Arc<ChatMessage>>::deserialize(d).map(Conversation::from)
+    }
 }
 
 impl LlmRequest {

@@ -33,8 +33,9 @@ pub use warden_ledger::{
 
 pub use audit_query::{AuditFilter, DecisionClass};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use warden_protocol::{
@@ -59,27 +60,66 @@ pub enum PartWrite<'a> {
 
 /// What this process keeps of a session it holds the lease of.
 struct HeldSession {
-    /// Its messages, shared with the rounds that read them.
+    /// Its messages, in id order, shared with the rounds that read them.
     messages: Vec<Arc<MessageWithParts>>,
     /// Its own permission rules, which every permission decision of its
     /// calls reads.
     rules: Arc<[Rule]>,
+    /// Which copy this is (a copy loaded again after the lease came back
+    /// is another), and how many changes it has had: a reader's
+    /// [`History`] names both, to be told only what changed since.
+    load: u64,
+    changes: u64,
+    /// The latest changes, oldest first: (change number, the index of the
+    /// message it wrote). Later messages may have moved by an insert, so a
+    /// reader takes everything from the lowest index on.
+    touched: VecDeque<(u64, usize)>,
 }
 
+/// How many of a held session's latest changes are remembered for
+/// [`Ledger::refresh`]; a reader further behind reads the history whole.
+const TOUCHED: usize = 1024;
+
 impl HeldSession {
+    fn new(messages: Vec<Arc<MessageWithParts>>, rules: Arc<[Rule]>) -> HeldSession {
+        static LOADS: AtomicU64 = AtomicU64::new(1);
+        HeldSession {
+            messages,
+            rules,
+            load: LOADS.fetch_add(1, Ordering::Relaxed),
+            changes: 0,
+            touched: VecDeque::new(),
+        }
+    }
+
+    fn touch(&mut self, index: usize) {
+        self.changes += 1;
+        if self.touched.len() == TOUCHED {
+            self.touched.pop_front();
+        }
+        self.touched.push_back((self.changes, index));
+    }
+
     /// A header written: its message's, or a new message's.
     fn put_message(&mut self, info: &MessageInfo) {
         let held = &mut self.messages;
-        match held.binary_search_by(|m| m.info.id().cmp(info.id())) {
-            Ok(i) => Arc::make_mut(&mut held[i]).info = info.clone(),
-            Err(i) => held.insert(
-                i,
-                Arc::new(MessageWithParts {
-                    info: info.clone(),
-                    parts: Vec::new(),
-                }),
-            ),
-        }
+        let i = match held.binary_search_by(|m| m.info.id().cmp(info.id())) {
+            Ok(i) => {
+                Arc::make_mut(&mut held[i]).info = info.clone();
+                i
+            }
+            Err(i) => {
+                held.insert(
+                    i,
+                    Arc::new(MessageWithParts {
+                        info: info.clone(),
+                        parts: Vec::new(),
+                    }),
+                );
+                i
+            }
+        };
+        self.touch(i);
     }
 
     /// A part written, into its message (held already: a part's message is
@@ -96,7 +136,53 @@ impl HeldSession {
             Ok(i) => parts[i] = part.clone(),
             Err(i) => parts.insert(i, part.clone()),
         }
+        self.touch(m);
     }
+
+    /// Bring `history` up to this copy: only the messages from the first
+    /// one changed since it was last brought up to date, when this copy
+    /// still remembers that far back.
+    fn refresh(&self, history: &mut History) {
+        let from = match history.seen {
+            Some((load, seen)) if load == self.load && seen == self.changes => {
+                Some(self.messages.len().min(history.messages.len()))
+            }
+            Some((load, seen))
+                if load == self.load
+                    && self
+                        .touched
+                        .front()
+                        .is_some_and(|&(first, _)| first <= seen + 1) =>
+            {
+                self.touched
+                    .iter()
+                    .rev()
+                    .take_while(|&&(change, _)| change > seen)
+                    .map(|&(_, i)| i)
+                    .min()
+            }
+            _ => None,
+        };
+        let from = from.unwrap_or(0).min(history.messages.len());
+        history.messages.truncate(from);
+        history.messages.extend_from_slice(&self.messages[from..]);
+        history.changed_from = from;
+        history.seen = Some((self.load, self.changes));
+    }
+}
+
+/// A session's messages in id order, as a reader last saw them, brought up
+/// to date by [`Ledger::refresh`]: while this process holds the session's
+/// lease that copies only what changed since, so a round of a long session
+/// costs what its last step wrote, not the session's length.
+#[derive(Debug, Default)]
+pub struct History {
+    pub messages: Vec<Arc<MessageWithParts>>,
+    /// The index of the first message the last refresh replaced: those
+    /// before it are the very ones (the same `Arc`s) the reader had.
+    pub changed_from: usize,
+    /// The held copy and its change number this was brought up to.
+    seen: Option<(u64, u64)>,
 }
 
 type Held = HashMap<SessionId, HeldSession>;
@@ -474,6 +560,25 @@ impl Ledger {
             .collect())
     }
 
+    /// Bring `history` up to date with the session's messages: from the
+    /// held copy, only what changed since `history` last saw it; else read
+    /// whole from the store (`changed_from` is then 0).
+    pub async fn refresh(&self, session: &SessionId, history: &mut History) -> Result<()> {
+        if let Some(held) = self.held().get(session) {
+            held.refresh(history);
+            return Ok(());
+        }
+        history.messages = self
+            .read_messages(session)
+            .await?
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        history.changed_from = 0;
+        history.seen = None;
+        Ok(())
+    }
+
     /// Publish the session's latest turn again as it is recorded (the last
     /// user message and everything after it), for clients that may have
     /// missed its last changes: those of a runner that died before its
@@ -615,10 +720,9 @@ impl Ledger {
                 .into_iter()
                 .map(Arc::new)
                 .collect();
-            self.held().entry(session.clone()).or_insert(HeldSession {
-                messages,
-                rules: Arc::from(info.permission),
-            });
+            self.held()
+                .entry(session.clone())
+                .or_insert_with(|| HeldSession::new(messages, Arc::from(info.permission)));
         }
         Ok(Ok(fence))
     }

@@ -269,6 +269,88 @@ async fn the_copy_kept_while_holding_a_lease_equals_the_rows() {
     assert_eq!(l.messages(&s.id).await.unwrap(), held);
 }
 
+/// A reader of a held session is given only what changed since it last
+/// looked: the messages before the first one written are the very `Arc`s it
+/// had. A copy loaded again (the lease given back and taken), or a reader
+/// further behind than the remembered changes, is given the history whole.
+#[tokio::test]
+async fn a_refreshed_history_copies_only_what_changed_since() {
+    let l = ledger();
+    let s = l.create_session("/w", "t").await.unwrap();
+    let me = l
+        .acquire_lease(&s.id, "me", 60_000, |_| false)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut infos = Vec::new();
+    for _ in 0..5 {
+        let info = user_message(&s.id);
+        l.put_message(&info).await.unwrap();
+        infos.push(info);
+    }
+    let mut h = History::default();
+    l.refresh(&s.id, &mut h).await.unwrap();
+    assert_eq!((h.messages.len(), h.changed_from), (5, 0));
+    let before = h.messages.clone();
+    let same =
+        |h: &History, upto: usize| (0..upto).all(|i| Arc::ptr_eq(&h.messages[i], &before[i]));
+
+    // Nothing written: nothing changed.
+    l.refresh(&s.id, &mut h).await.unwrap();
+    assert_eq!(h.changed_from, 5);
+    assert!(same(&h, 5));
+
+    // A part of the fourth message and a new message: from the fourth on.
+    l.put_part(&text_part(&infos[3], "x".into()), PartWrite::Changed)
+        .await
+        .unwrap();
+    l.put_message(&user_message(&s.id)).await.unwrap();
+    l.refresh(&s.id, &mut h).await.unwrap();
+    assert_eq!((h.messages.len(), h.changed_from), (6, 3));
+    assert!(same(&h, 3));
+    assert_eq!(h.messages[3].parts.len(), 1);
+    let rows: Vec<MessageWithParts> = l.read_messages(&s.id).await.unwrap();
+    let held: Vec<MessageWithParts> = h.messages.iter().map(|m| (**m).clone()).collect();
+    assert_eq!(held, rows);
+
+    // An older message changed after newer ones: from it on.
+    l.put_part(&text_part(&infos[1], "y".into()), PartWrite::Changed)
+        .await
+        .unwrap();
+    l.refresh(&s.id, &mut h).await.unwrap();
+    assert_eq!(h.changed_from, 1);
+    assert!(same(&h, 1));
+
+    // Further behind than the changes remembered: whole.
+    let mut behind = History::default();
+    l.refresh(&s.id, &mut behind).await.unwrap();
+    for n in 0..=TOUCHED {
+        l.put_part(&text_part(&infos[4], format!("{n}")), PartWrite::Changed)
+            .await
+            .unwrap();
+    }
+    l.refresh(&s.id, &mut behind).await.unwrap();
+    assert_eq!(behind.changed_from, 0);
+    l.refresh(&s.id, &mut h).await.unwrap();
+    assert_eq!(h.changed_from, 0);
+    assert_eq!(h.messages[4].parts.len(), TOUCHED + 1);
+
+    // The lease given back: read from the rows, whole; taken again: a new
+    // copy, whole once, then by changes again.
+    l.release_lease(&s.id, &me).await.unwrap();
+    l.refresh(&s.id, &mut h).await.unwrap();
+    assert_eq!((h.messages.len(), h.changed_from), (6, 0));
+    l.acquire_lease(&s.id, "me", 60_000, |_| false)
+        .await
+        .unwrap()
+        .unwrap();
+    l.refresh(&s.id, &mut h).await.unwrap();
+    assert_eq!(h.changed_from, 0);
+    l.put_message(&user_message(&s.id)).await.unwrap();
+    l.refresh(&s.id, &mut h).await.unwrap();
+    assert_eq!((h.messages.len(), h.changed_from), (7, 6));
+}
+
 #[test]
 fn a_newer_schema_is_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -54,19 +54,24 @@ pub fn pending<'a, M: AsRef<MessageWithParts>>(
     msgs: &'a [M],
     user: &UserInfo,
 ) -> Option<&'a MessageWithParts> {
-    let m = msgs
-        .iter()
-        .map(AsRef::as_ref)
-        .find(|m| m.info.id() == &user.id)?;
+    // Messages are in id order, and what answers `user` comes after it: a
+    // long session's round looks at the user message, not at every message.
+    let at = msgs
+        .binary_search_by(|m| m.as_ref().info.id().cmp(&user.id))
+        .ok()?;
+    let m = msgs[at].as_ref();
     let is_request = m
         .parts
         .iter()
         .any(|p| matches!(p.body, PartBody::Compaction { .. }));
-    let answered = msgs
+    if !is_request {
+        return None;
+    }
+    let answered = msgs[at + 1..]
         .iter()
         .filter_map(|m| history::assistant(m.as_ref()))
         .any(|a| a.parent_id == user.id && a.summary && a.time.completed.is_some());
-    (is_request && !answered).then_some(m)
+    (!answered).then_some(m)
 }
 
 /// Queue a compaction: a user message (same agent and model as `user`)
@@ -151,7 +156,7 @@ pub(crate) async fn process(
     let llm_request = LlmRequest {
         model: model.info.reference.model.clone(),
         system: vec![SUMMARY_SYSTEM.to_string()],
-        messages,
+        messages: messages.into(),
         tools: Vec::new(),
         max_output_tokens: model.info.output_limit,
     };

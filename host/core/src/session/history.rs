@@ -4,10 +4,13 @@
 
 use std::sync::Arc;
 
-use warden_protocol::llm::{AssistantContent, ToolResultContent, UserContent};
+use warden_protocol::llm::{AssistantContent, Conversation, ToolResultContent, UserContent};
 use warden_protocol::{
-    AssistantInfo, ChatMessage, MessageInfo, MessageWithParts, Part, PartBody, ToolState, UserInfo,
+    AssistantInfo, ChatMessage, MessageId, MessageInfo, MessageWithParts, Part, PartBody,
+    ToolState, UserInfo,
 };
+
+use crate::ledger::History;
 
 /// The latest user, assistant and finished assistant messages, by id.
 #[derive(Debug, Default)]
@@ -72,29 +75,44 @@ pub fn has_open_tool_calls(m: &MessageWithParts) -> bool {
 /// The history the model may see: everything from the last completed
 /// compaction on (the compaction's user message and its summary included).
 pub fn since_compaction<M: AsRef<MessageWithParts>>(msgs: Vec<M>) -> Vec<M> {
-    // A compaction is complete when a finished summary answers its user message.
-    let mut start = 0;
-    for (i, m) in msgs.iter().map(AsRef::as_ref).enumerate() {
-        let is_compaction = matches!(&m.info, MessageInfo::User(_))
-            && m.parts
-                .iter()
-                .any(|p| matches!(p.body, PartBody::Compaction { .. }));
-        if !is_compaction {
-            continue;
-        }
-        let summarised = msgs[i + 1..].iter().any(|a| match &m.info {
-            MessageInfo::User(u) => assistant(a.as_ref()).is_some_and(|a| {
-                a.parent_id == u.id && a.summary && a.finish.is_some() && a.error.is_none()
-            }),
-            MessageInfo::Assistant(_) => false,
-        });
-        if summarised {
-            start = i;
-        }
-    }
+    let start = compaction_start(&msgs).map_or(0, |(start, _)| start);
     let mut msgs = msgs;
     msgs.drain(..start);
     msgs
+}
+
+/// Whether `m` is a user message asking for a compaction.
+fn is_compaction(m: &MessageWithParts) -> bool {
+    matches!(&m.info, MessageInfo::User(_))
+        && m.parts
+            .iter()
+            .any(|p| matches!(p.body, PartBody::Compaction { .. }))
+}
+
+/// Whether `m` is a finished summary, and of which message.
+fn summary_of(m: &MessageWithParts) -> Option<&MessageId> {
+    assistant(m)
+        .filter(|a| a.summary && a.finish.is_some() && a.error.is_none())
+        .map(|a| &a.parent_id)
+}
+
+/// The last completed compaction: the index of its user message and of the
+/// summary that answers it.
+fn compaction_start<M: AsRef<MessageWithParts>>(msgs: &[M]) -> Option<(usize, usize)> {
+    // A compaction is complete when a finished summary answers its user message.
+    let mut found = None;
+    for (i, m) in msgs.iter().map(AsRef::as_ref).enumerate() {
+        if !is_compaction(m) {
+            continue;
+        }
+        let summary = msgs[i + 1..]
+            .iter()
+            .position(|a| summary_of(a.as_ref()) == Some(m.info.id()));
+        if let Some(s) = summary {
+            found = Some((i, i + 1 + s));
+        }
+    }
+    found
 }
 
 /// Convert the ledger to the conversation a provider is sent. Every tool call
@@ -106,38 +124,142 @@ pub fn to_chat<M: AsRef<MessageWithParts>>(msgs: &[M]) -> Vec<Arc<ChatMessage>> 
         .collect()
 }
 
-/// [`to_chat`] for the rounds of one loop: each message is converted once
-/// per version. The ledger hands out a changed message as a new `Arc` and
-/// an unchanged one as the same, so a round of a long session converts only
-/// what its last step wrote.
+/// What the rounds of one loop read of their session, kept from round to
+/// round and brought up to date from what changed: the history, where the
+/// model's view of it starts (the last completed compaction), the latest
+/// messages, and the conversation a provider is sent. While this process
+/// holds the session's lease a round touches only the messages its last
+/// step wrote, so its cost does not grow with the session's length; a
+/// compaction, or a history read whole, starts the view again.
 #[derive(Default)]
-pub struct ChatCache {
-    /// The last round's messages, in id order, with their conversion. Holding
-    /// each `Arc` keeps its address from being reused by another message.
-    last: Vec<(Arc<MessageWithParts>, Vec<Arc<ChatMessage>>)>,
+pub struct Rounds {
+    history: History,
+    /// The index of the first message shown, and of the summary that made
+    /// it so (none: the history has no completed compaction).
+    start: usize,
+    start_by: Option<usize>,
+    /// The latest user, assistant and finished assistant messages at or
+    /// after `start` (indexes into the history).
+    user: Option<usize>,
+    assistant: Option<usize>,
+    finished: Option<usize>,
+    /// `assistants[i]`: how many of the first `i` messages are the
+    /// assistant's; one more entry than there are messages.
+    assistants: Vec<usize>,
+    /// The conversation of the shown messages, and for each shown message
+    /// the conversation's length up to and including it.
+    conversation: Conversation,
+    ends: Vec<usize>,
 }
 
-impl ChatCache {
-    pub fn to_chat(&mut self, msgs: &[Arc<MessageWithParts>]) -> Vec<Arc<ChatMessage>> {
-        let mut old = std::mem::take(&mut self.last).into_iter().peekable();
-        let mut out = Vec::with_capacity(msgs.len() * 2);
-        for m in msgs {
-            let same = |(o, _): &(Arc<MessageWithParts>, _)| Arc::ptr_eq(o, m);
-            let chat = match old.next_if(same) {
-                Some((_, chat)) => chat,
-                None => {
-                    // Messages come in id order; skip the ones no longer shown.
-                    while old.next_if(|(o, _)| o.info.id() < m.info.id()).is_some() {}
-                    match old.next_if(same) {
-                        Some((_, chat)) => chat,
-                        None => message_to_chat(m),
-                    }
+impl Rounds {
+    /// The history to bring up to date (see [`Ledger::refresh`]); then
+    /// call [`Rounds::update`].
+    ///
+    /// [`Ledger::refresh`]: crate::ledger::Ledger::refresh
+    pub fn history_mut(&mut self) -> &mut History {
+        &mut self.history
+    }
+
+    /// Catch up with the history's changes since the last update.
+    pub fn update(&mut self) {
+        let msgs = &self.history.messages;
+        // What this update knew of stays only as far as it knew it.
+        let changed = self
+            .history
+            .changed_from
+            .min(msgs.len())
+            .min(self.assistants.len().saturating_sub(1));
+        let whole =
+            changed == 0 || self.start >= changed || self.start_by.is_some_and(|s| s >= changed);
+        let (start, start_by) = if whole {
+            compaction_start(msgs).map_or((0, None), |(c, s)| (c, Some(s)))
+        } else {
+            let mut found = (self.start, self.start_by);
+            for (i, m) in msgs.iter().enumerate().skip(changed) {
+                let Some(parent) = summary_of(m) else {
+                    continue;
+                };
+                if let Ok(c) = msgs[..i].binary_search_by(|m| m.info.id().cmp(parent))
+                    && c > found.0
+                    && is_compaction(&msgs[c])
+                {
+                    found = (c, Some(i));
                 }
-            };
-            out.extend(chat.iter().cloned());
-            self.last.push((m.clone(), chat));
+            }
+            found
+        };
+        let restart = whole || start != self.start;
+        self.start = start;
+        self.start_by = start_by;
+        // What is kept from the last update: the messages before `keep`.
+        let keep = if restart { start } else { changed };
+
+        let is_user = |m: &MessageWithParts| matches!(m.info, MessageInfo::User(_));
+        let is_assistant = |m: &MessageWithParts| assistant(m).is_some();
+        let is_finished = |m: &MessageWithParts| assistant(m).is_some_and(|a| a.finish.is_some());
+        let last = |previous: Option<usize>, which: &dyn Fn(&MessageWithParts) -> bool| {
+            let found = (keep..msgs.len()).rev().find(|&i| which(&msgs[i]));
+            found.or(match previous {
+                // Unchanged, and still the last before what changed.
+                Some(p) if !restart && p < keep => Some(p),
+                None if !restart => None,
+                _ => (start..keep).rev().find(|&i| which(&msgs[i])),
+            })
+        };
+        self.user = last(self.user, &is_user);
+        self.assistant = last(self.assistant, &is_assistant);
+        self.finished = last(self.finished, &is_finished);
+
+        self.assistants.truncate(changed + 1);
+        if self.assistants.is_empty() {
+            self.assistants.push(0);
         }
-        out
+        for m in &msgs[changed..] {
+            let before = self.assistants.last().copied().unwrap_or(0);
+            self.assistants.push(before + usize::from(is_assistant(m)));
+        }
+
+        if restart {
+            // Not a copy of what an earlier request still holds.
+            self.conversation = Conversation::default();
+        }
+        self.ends.truncate(keep - start);
+        let chat = self.conversation.make_mut();
+        chat.truncate(self.ends.last().copied().unwrap_or(0));
+        for m in &msgs[keep..] {
+            chat.extend(message_to_chat(m));
+            self.ends.push(chat.len());
+        }
+    }
+
+    /// The messages the model may see: from the last completed compaction on.
+    pub fn shown(&self) -> &[Arc<MessageWithParts>] {
+        &self.history.messages[self.start..]
+    }
+
+    /// The latest messages of [`Rounds::shown`] (as [`latest`] finds them).
+    pub fn latest(&self) -> Latest<'_> {
+        let msgs = &self.history.messages;
+        Latest {
+            user: self.user.and_then(|i| match &msgs[i].info {
+                MessageInfo::User(u) => Some(u),
+                MessageInfo::Assistant(_) => None,
+            }),
+            assistant: self.assistant.map(|i| &*msgs[i]),
+            finished: self.finished.and_then(|i| assistant(&msgs[i])),
+        }
+    }
+
+    /// How many assistant messages came after the latest user message.
+    pub fn steps_since_user(&self) -> usize {
+        let after = self.user.map_or(self.start, |u| u + 1);
+        self.assistants[self.history.messages.len()] - self.assistants[after]
+    }
+
+    /// The conversation of the shown messages, shared (see [`to_chat`]).
+    pub fn conversation(&self) -> Conversation {
+        self.conversation.clone()
     }
 }
 
@@ -408,39 +530,146 @@ mod tests {
         assert_eq!(to_chat(&msgs).len(), 1);
     }
 
+    /// A step's assistant message: `finished` or still streaming.
+    fn step(id: &str, parent: &str, finished: bool, summary: bool) -> MessageWithParts {
+        let mut m = assistant_msg(id, parent, vec![text(id, id)]);
+        if let MessageInfo::Assistant(a) = &mut m.info {
+            a.summary = summary;
+            if !finished {
+                a.finish = None;
+                a.time.completed = None;
+            }
+        }
+        m
+    }
+
+    fn compaction(id: &str) -> MessageWithParts {
+        let mut m = user(id);
+        m.parts = vec![Part {
+            id: format!("prt_{id}_c").into(),
+            session_id: "s".into(),
+            message_id: id.into(),
+            body: PartBody::Compaction {
+                auto: true,
+                overflow: false,
+            },
+        }];
+        m
+    }
+
+    /// What a round computed from scratch shows, against what `rounds`
+    /// brought up to date shows.
+    fn same_as_from_scratch(rounds: &Rounds, all: &[Arc<MessageWithParts>]) {
+        let shown = since_compaction(all.to_vec());
+        assert_eq!(rounds.shown().len(), shown.len());
+        assert!(
+            rounds
+                .shown()
+                .iter()
+                .zip(&shown)
+                .all(|(a, b)| Arc::ptr_eq(a, b))
+        );
+        let (want, got) = (latest(&shown), rounds.latest());
+        assert_eq!(want.user.map(|u| &u.id), got.user.map(|u| &u.id));
+        assert_eq!(
+            want.assistant.map(|m| m.info.id()),
+            got.assistant.map(|m| m.info.id())
+        );
+        assert_eq!(want.finished.map(|a| &a.id), got.finished.map(|a| &a.id));
+        let steps = want.user.map_or(0, |u| {
+            shown
+                .iter()
+                .filter_map(|m| assistant(m))
+                .filter(|a| a.id > u.id)
+                .count()
+        });
+        assert_eq!(rounds.steps_since_user(), steps);
+        assert_eq!(*rounds.conversation(), to_chat(&shown));
+    }
+
+    /// Each change as the ledger reports it: the new history and the index
+    /// of the first message it replaced.
+    fn apply(rounds: &mut Rounds, all: &[Arc<MessageWithParts>], changed_from: usize) {
+        let h = rounds.history_mut();
+        h.messages = all.to_vec();
+        h.changed_from = changed_from;
+        rounds.update();
+        same_as_from_scratch(rounds, all);
+    }
+
     #[test]
-    fn the_cache_converts_only_new_and_changed_messages() {
-        let mut cache = ChatCache::default();
-        let first: Vec<Arc<MessageWithParts>> = vec![
-            Arc::new(user("msg_1")),
-            Arc::new(assistant_msg("msg_2", "msg_1", vec![text("msg_2", "one")])),
-            Arc::new(user("msg_3")),
-        ];
-        let round1 = cache.to_chat(&first);
-        assert_eq!(round1, to_chat(&first));
+    fn rounds_brought_up_to_date_show_what_a_round_from_scratch_shows() {
+        let mut r = Rounds::default();
+        let mut all: Vec<Arc<MessageWithParts>> = vec![Arc::new(user("msg_01"))];
+        apply(&mut r, &all, 0);
+        // Steps: each first streaming, then finished.
+        for n in 2..6 {
+            let id = format!("msg_{n:02}");
+            all.push(Arc::new(step(&id, "msg_01", false, false)));
+            apply(&mut r, &all, all.len() - 1);
+            *all.last_mut().unwrap() = Arc::new(step(&id, "msg_01", true, false));
+            apply(&mut r, &all, all.len() - 1);
+        }
+        // A second prompt, then a compaction and its summary, written as
+        // it streams and then finished.
+        all.push(Arc::new(user("msg_06")));
+        apply(&mut r, &all, 6 - 1);
+        all.push(Arc::new(compaction("msg_07")));
+        apply(&mut r, &all, 6);
+        all.push(Arc::new(step("msg_08", "msg_07", false, true)));
+        apply(&mut r, &all, 7);
+        assert_eq!(r.shown().len(), 8, "not complete yet: everything shown");
+        *all.last_mut().unwrap() = Arc::new(step("msg_08", "msg_07", true, true));
+        apply(&mut r, &all, 7);
+        assert_eq!(r.shown().len(), 2, "shown from the compaction on");
+        for n in 9..12 {
+            let id = format!("msg_{n:02}");
+            all.push(Arc::new(step(&id, "msg_07", true, false)));
+            apply(&mut r, &all, all.len() - 1);
+        }
+        // An old message changed (before the compaction), one after it,
+        // and a message inserted between two others.
+        all[2] = Arc::new(step("msg_03", "msg_01", true, false));
+        apply(&mut r, &all, 2);
+        all[9] = Arc::new(step("msg_10", "msg_07", false, false));
+        apply(&mut r, &all, 9);
+        all.insert(10, Arc::new(user("msg_10a")));
+        apply(&mut r, &all, 10);
+        // A second compaction, then the history read whole.
+        all.push(Arc::new(compaction("msg_12")));
+        all.push(Arc::new(step("msg_13", "msg_12", true, true)));
+        apply(&mut r, &all, all.len() - 2);
+        assert_eq!(r.shown().len(), 2);
+        let copy: Vec<_> = all.iter().map(|m| Arc::new((**m).clone())).collect();
+        apply(&mut r, &copy, 0);
+    }
 
-        // msg_2 changed (a new Arc, as the ledger hands out), msg_4 is new,
-        // msg_1 is no longer shown (a compaction).
-        let second: Vec<Arc<MessageWithParts>> = vec![
-            Arc::new(assistant_msg(
-                "msg_2",
-                "msg_1",
-                vec![text("msg_2", "one"), text("msg_2", "two")],
-            )),
-            first[2].clone(),
-            Arc::new(assistant_msg("msg_4", "msg_3", vec![text("msg_4", "four")])),
-        ];
-        let round2 = cache.to_chat(&second);
-        assert_eq!(round2, to_chat(&second));
-        // The unchanged message's conversion is the very same, not a copy.
-        assert!(Arc::ptr_eq(&round2[1], &round1[2]));
-        assert!(!Arc::ptr_eq(&round2[0], &round1[1]));
+    /// The conversation grows in place while no request holds it, and a
+    /// request's copy stays as it was sent.
+    #[test]
+    fn the_conversation_is_extended_not_rebuilt() {
+        let mut r = Rounds::default();
+        let mut all: Vec<Arc<MessageWithParts>> = vec![Arc::new(user("msg_01"))];
+        apply(&mut r, &all, 0);
+        let at = |r: &Rounds| std::ptr::from_ref::<Vec<_>>(&r.conversation);
+        let first = at(&r);
+        let kept = r.conversation()[0].clone();
+        all.push(Arc::new(step("msg_02", "msg_01", true, false)));
+        apply(&mut r, &all, 1);
+        assert_eq!(at(&r), first, "extended in place");
+        assert!(
+            Arc::ptr_eq(&r.conversation()[0], &kept),
+            "not converted again"
+        );
 
-        // Shown again from the start (another process wrote meanwhile): all new.
-        let third: Vec<Arc<MessageWithParts>> =
-            second.iter().map(|m| Arc::new((**m).clone())).collect();
-        let round3 = cache.to_chat(&third);
-        assert_eq!(round3, round2);
-        assert!(round3.iter().zip(&round2).all(|(a, b)| !Arc::ptr_eq(a, b)));
+        let sent = r.conversation();
+        all.push(Arc::new(step("msg_03", "msg_01", true, false)));
+        apply(&mut r, &all, 2);
+        assert_eq!(
+            sent.len(),
+            2,
+            "the request's conversation is as it was sent"
+        );
+        assert_eq!(r.conversation().len(), 3);
     }
 }

@@ -40,7 +40,7 @@ pub(crate) async fn run(
     // A run taken over (or resumed) is kept for late subscribers too.
     core.ledger.bus().record(session_id);
     recover_stale(core, session_id).await?;
-    let mut chat = history::ChatCache::default();
+    let mut rounds = history::Rounds::default();
     loop {
         if cancel.is_cancelled() {
             break;
@@ -49,9 +49,12 @@ pub(crate) async fn run(
         core.ledger.check_fence(session_id).await?;
         core.status.set(session_id, SessionStatus::Busy);
         let session = core.ledger.session(session_id).await?;
-        let all = core.ledger.history(session_id).await?;
-        let msgs = history::since_compaction(all);
-        let latest = history::latest(&msgs);
+        core.ledger
+            .refresh(session_id, rounds.history_mut())
+            .await?;
+        rounds.update();
+        let msgs = rounds.shown();
+        let latest = rounds.latest();
         let Some(user) = latest.user.cloned() else {
             return Err(CoreError::NoUserMessage(session_id.clone()));
         };
@@ -66,8 +69,8 @@ pub(crate) async fn run(
             break;
         }
 
-        if let Some(request) = compaction::pending(&msgs, &user) {
-            match compaction::process(core, &session, &msgs, request, cancel).await? {
+        if let Some(request) = compaction::pending(msgs, &user) {
+            match compaction::process(core, &session, msgs, request, cancel).await? {
                 Outcome::Stop => break,
                 Outcome::Continue | Outcome::Compact => continue,
             }
@@ -83,12 +86,7 @@ pub(crate) async fn run(
             compaction::queue(core, session_id, &user, false).await?;
             continue;
         }
-        let step = msgs
-            .iter()
-            .filter_map(|m| assistant(m))
-            .filter(|a| a.id > user.id)
-            .count() as u32
-            + 1;
+        let step = rounds.steps_since_user() as u32 + 1;
         let last_step = agent.steps.is_some_and(|max| step >= max);
         // The last step offers no tools; a model that calls one anyway gets an
         // error result, and here the loop stops rather than go on forever.
@@ -147,9 +145,10 @@ pub(crate) async fn run(
         } else {
             resolve_tools(core, agent, &session)
         };
-        let mut messages = chat.to_chat(&msgs);
+        let mut messages = rounds.conversation();
         if last_step {
-            messages.push(Arc::new(ChatMessage::Assistant {
+            // A copy of the list for this request only.
+            messages.make_mut().push(Arc::new(ChatMessage::Assistant {
                 content: vec![AssistantContent::Text {
                     text: system::MAX_STEPS.to_string(),
                 }],
@@ -175,7 +174,7 @@ pub(crate) async fn run(
             agent,
             model: &model,
             info,
-            history: &msgs,
+            history: msgs,
             tools,
         };
         let outcome = Turn::new(core, step, cancel.clone())

@@ -590,7 +590,7 @@ mod tests {
 
         // Another session on the same model, in between, keeps its own.
         let mut other = request();
-        other.messages = vec![user_says("elsewhere")];
+        other.messages = vec![user_says("elsewhere")].into();
         assert_eq!(kept(&other), plain(&other));
         assert_eq!(encoded.conversations.lock().unwrap().len(), 2);
 
@@ -616,7 +616,7 @@ mod tests {
         let requests: Vec<LlmRequest> = (0..CONVERSATIONS + 3)
             .map(|i| {
                 let mut r = request();
-                r.messages = vec![user_says(&format!("session {i}"))];
+                r.messages = vec![user_says(&format!("session {i}"))].into();
                 r
             })
             .collect();
