@@ -332,11 +332,6 @@ impl Conversation {
     pub fn make_mut(&mut self) -> &mut Vec<Arc<ChatMessage>> {
         Arc::make_mut(&mut self.0)
     }
-
-    /// Whether `other` is this very list, not only an equal one.
-    pub fn ptr_eq(&self, other: &Conversation) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
 }
 
 impl std::ops::Deref for Conversation {
@@ -355,12 +350,6 @@ impl std::ops::DerefMut for Conversation {
 impl From<Vec<Arc<ChatMessage>>> for Conversation {
     fn from(messages: Vec<Arc<ChatMessage>>) -> Conversation {
         Conversation(Arc::new(messages))
-    }
-}
-
-impl From<Vec<ChatMessage>> for Conversation {
-    fn from(messages: Vec<ChatMessage>) -> Conversation {
-        messages.into_iter().map(Arc::new).collect()
     }
 }
 
