@@ -441,6 +441,33 @@ pub async fn serve(
     Ok(())
 }
 
+/// The size of a request's head as it came: its request line and headers.
+fn head_bytes<B>(req: &Request<B>) -> usize {
+    let line = req.method().as_str().len() + req.uri().to_string().len() + 12;
+    let headers: usize = req
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    line + headers
+}
+
+/// The answer to a head larger than `server.max_header_bytes`, as hyper
+/// gives it when its buffer fills first.
+fn head_too_large(limit: usize) -> axum::response::Response {
+    let body = serde_json::json!({"error": {
+        "code": "headers_too_large",
+        "message": format!("the request's headers are over {limit} bytes (server.max_header_bytes); send smaller headers"),
+    }});
+    let mut response = axum::response::IntoResponse::into_response(axum::Json(body));
+    *response.status_mut() = axum::http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+    response.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
+}
+
 /// One connection: served by hyper, closed when it waits too long, when it
 /// is pushed out, or when the server stops (after its request).
 async fn connection(
@@ -463,16 +490,23 @@ async fn connection(
         phase: phase.clone(),
     });
     let body_timeout = limits.body_timeout;
+    let max_header_bytes = limits.max_header_bytes;
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let phase = phase.clone();
         phase.request_began();
         let ended = RequestEnded(phase);
+        // hyper's cap is on its read buffer, which a head that arrived
+        // whole in one read can overshoot: the head is measured again here.
+        let too_large = head_bytes(&req) > max_header_bytes;
         let req = req.map(|body| Body::new(Deadline::new(body, body_timeout)));
         let router = router.clone();
         async move {
-            let response = match router.oneshot(req).await {
-                Ok(r) => r,
-                Err(never) => match never {},
+            let response = match too_large {
+                true => head_too_large(max_header_bytes),
+                false => match router.oneshot(req).await {
+                    Ok(r) => r,
+                    Err(never) => match never {},
+                },
             };
             // The request is under way until its answer's body is done.
             Ok::<_, Infallible>(response.map(|body| {
@@ -653,6 +687,22 @@ pub(crate) fn is_body_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_head_is_measured_as_it_came_and_refused_over_the_cap() {
+        let req = Request::builder()
+            .method("GET")
+            .uri("/health")
+            .header("host", "x")
+            .header("x-big", "a".repeat(70 * 1024))
+            .body(())
+            .unwrap();
+        let bytes = head_bytes(&req);
+        assert!((70 * 1024..70 * 1024 + 64).contains(&bytes), "{bytes}");
+        let refused = head_too_large(64 * 1024);
+        assert_eq!(refused.status(), 431);
+        assert_eq!(refused.headers()["connection"], "close");
+    }
 
     fn table_with(peers: &[(IpAddr, u8, u64)]) -> (Table, Instant) {
         let epoch = Instant::now() - Duration::from_secs(100);
