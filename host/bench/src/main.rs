@@ -13,7 +13,6 @@
 
 mod alloc;
 mod common;
-mod counted;
 mod floor;
 mod ingest;
 mod languages;

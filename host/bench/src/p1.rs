@@ -21,10 +21,10 @@ use warden_llm::Models;
 use warden_protocol::ModelRef;
 
 use crate::common::{self, CallClock, Window};
-use crate::counted::{self, Counted};
 use crate::floor::Floors;
 use crate::stats::{Summary, fmt_us, median, summarize, summary_value};
 use crate::table::{Row, row};
+use warden_core::ledger::counted::{self, Counted};
 
 /// Steps per session: long enough to be a session, short enough that the
 /// history each round re-reads stays a few hundred messages.

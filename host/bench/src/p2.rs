@@ -16,9 +16,9 @@ use warden_llm::Models;
 use warden_protocol::{ModelRef, ToolState};
 
 use crate::common::{self, timed};
-use crate::counted::{self, Counted};
 use crate::stats::fmt_us;
 use crate::table::{Row, row};
+use warden_core::ledger::counted::{self, Counted};
 
 fn file_size(path: &Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)

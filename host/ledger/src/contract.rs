@@ -18,7 +18,7 @@ use warden_protocol::{
 
 use super::location::open_store;
 use super::phase::PhaseKind;
-use super::store::{Fence, Store, TimelineRow};
+use super::store::{Fence, PartChange, StepWrite, Store, TimelineRow};
 use super::{AuditEntry, LedgerError, PartEvent, id};
 
 /// One ledger the checks open stores on.
@@ -122,6 +122,30 @@ fn step_finish(message: &MessageInfo) -> Part {
     )
 }
 
+/// A step's end: its header, its last parts and its marks in one write.
+async fn end_step(
+    store: &dyn Store,
+    info: &MessageInfo,
+    parts: &[Part],
+    marks: &[(i64, PhaseKind)],
+    fence: Option<&Fence>,
+) -> Result<bool, LedgerError> {
+    let parts: Vec<PartChange<'_>> = parts
+        .iter()
+        .map(|part| PartChange {
+            part,
+            timeline: None,
+        })
+        .collect();
+    let write = StepWrite {
+        header: Some(info),
+        parts: &parts,
+        marks,
+        ..StepWrite::default()
+    };
+    store.write_step(&write, fence).await
+}
+
 fn entry(session: &SessionId, decision: &str) -> AuditEntry {
     AuditEntry {
         seq: 0,
@@ -212,7 +236,8 @@ pub(crate) async fn every_write_with_a_taken_over_fence_is_refused_and_changes_n
     );
     fenced(
         &s.id,
-        a.end_step(
+        end_step(
+            &*a,
             &first,
             &[step_finish(&first)],
             &[(4, PhaseKind::FirstToken)],
@@ -333,8 +358,7 @@ pub(crate) async fn absence_is_a_value_and_a_refused_part_takes_its_audit_with_i
     assert!(!store.put_message(&user(&ghost), None).await.unwrap());
     let ghostly = user(&ghost);
     assert!(
-        !store
-            .end_step(&ghostly, &[step_finish(&ghostly)], &[], None)
+        !end_step(&*store, &ghostly, &[step_finish(&ghostly)], &[], None)
             .await
             .unwrap()
     );
@@ -376,13 +400,16 @@ pub(crate) async fn absence_is_a_value_and_a_refused_part_takes_its_audit_with_i
     assert_eq!(store.sessions().await.unwrap(), vec![after]);
 }
 
-/// A step ends in one transaction: its header, its last parts and its
-/// phase marks land together, and a part that is not the step's to end
-/// (a tool call, another message's) is refused with all the rest.
-pub(crate) async fn a_step_ends_whole_or_not_at_all(place: Place) {
+/// A step's write is one transaction: its header, its parts, its calls'
+/// states with their timeline rows, its audit rows and its phase marks land
+/// together, and a part that is not the step's (another message's, another
+/// session's) is refused with all the rest.
+pub(crate) async fn a_step_is_written_whole_or_not_at_all(place: Place) {
     let store = place.open().await;
     let s = session(1);
     store.create_session(&s).await.unwrap();
+    let elsewhere = session(2);
+    store.create_session(&elsewhere).await.unwrap();
     let MessageInfo::User(mut step) = user(&s.id) else {
         unreachable!()
     };
@@ -393,6 +420,8 @@ pub(crate) async fn a_step_ends_whole_or_not_at_all(place: Place) {
     let after = MessageInfo::User(step);
     let other = user(&s.id);
     assert!(store.put_message(&other, None).await.unwrap());
+    let theirs = user(&elsewhere.id);
+    assert!(store.put_message(&theirs, None).await.unwrap());
     let marks = [
         (7, PhaseKind::FirstToken),
         (
@@ -403,10 +432,15 @@ pub(crate) async fn a_step_ends_whole_or_not_at_all(place: Place) {
         ),
     ];
 
-    for refused in [tool(&after), step_finish(&other)] {
-        match store
-            .end_step(&after, &[step_finish(&after), refused], &marks, None)
-            .await
+    for refused in [step_finish(&other), step_finish(&theirs)] {
+        match end_step(
+            &*store,
+            &after,
+            &[step_finish(&after), refused],
+            &marks,
+            None,
+        )
+        .await
         {
             Err(LedgerError::Corrupt { what, .. }) => assert!(what.starts_with("part "), "{what}"),
             other => panic!("expected a refused part, got {other:?}"),
@@ -420,16 +454,96 @@ pub(crate) async fn a_step_ends_whole_or_not_at_all(place: Place) {
     assert!(msgs.iter().all(|m| m.parts.is_empty()));
     assert!(store.phases(&s.id).await.unwrap().is_empty());
 
+    // A call's pending and running states in one write (no header): both
+    // timeline rows, in order, and the row holds the last; a part of
+    // another session in the same write refuses it all, audit rows too.
+    let pending = tool(&after);
+    let mut running = pending.clone();
+    if let PartBody::Tool { state, .. } = &mut running.body {
+        *state = state.start(json!({"filePath": "a"}), 9).unwrap();
+    }
+    let call = [
+        PartChange {
+            part: &pending,
+            timeline: Some(TimelineRow::default()),
+        },
+        PartChange {
+            part: &running,
+            timeline: Some(TimelineRow::default()),
+        },
+    ];
+    let stray = step_finish(&theirs);
+    let mut with_stray = call.to_vec();
+    with_stray.push(PartChange {
+        part: &stray,
+        timeline: None,
+    });
+    let audit = [entry(&s.id, "allowed")];
+    let refused = StepWrite {
+        parts: &with_stray,
+        audit: &audit,
+        ..StepWrite::default()
+    };
+    assert!(matches!(
+        store.write_step(&refused, None).await,
+        Err(LedgerError::Corrupt { .. })
+    ));
+    assert!(store.part_events(&s.id).await.unwrap().is_empty());
+    assert!(store.audit_trail(&s.id).await.unwrap().is_empty());
+    let started = StepWrite {
+        parts: &call,
+        audit: &audit,
+        ..StepWrite::default()
+    };
+    assert!(store.write_step(&started, None).await.unwrap());
+    let timeline = store.part_events(&s.id).await.unwrap();
+    let states: Vec<&str> = timeline
+        .iter()
+        .map(|e| e.part.tool_state().unwrap().status())
+        .collect();
+    assert_eq!(states, ["pending", "running"]);
+    assert_eq!(store.audit_trail(&s.id).await.unwrap().len(), 1);
+    let msgs = store.messages(&s.id).await.unwrap();
+    assert_eq!(msgs[0].parts, vec![running.clone()]);
+
+    // The end: the call's result, the step-finish, the header and the
+    // marks, together.
+    let mut completed = running.clone();
+    if let PartBody::Tool { state, .. } = &mut completed.body {
+        *state = state
+            .complete(
+                json!({"filePath": "a"}),
+                "ok".into(),
+                "a".into(),
+                json!({}),
+                10,
+            )
+            .unwrap();
+    }
     let finish = step_finish(&after);
-    assert!(
-        store
-            .end_step(&after, std::slice::from_ref(&finish), &marks, None)
-            .await
-            .unwrap()
-    );
+    let end = [
+        PartChange {
+            part: &completed,
+            timeline: Some(TimelineRow::default()),
+        },
+        PartChange {
+            part: &finish,
+            timeline: None,
+        },
+    ];
+    let write = StepWrite {
+        header: Some(&after),
+        parts: &end,
+        audit: &[],
+        marks: &marks,
+    };
+    assert!(store.write_step(&write, None).await.unwrap());
     let msgs = store.messages(&s.id).await.unwrap();
     assert_eq!(msgs[0].info, after);
-    assert_eq!(msgs[0].parts, vec![finish]);
+    assert_eq!(msgs[0].parts, vec![completed, finish]);
+    let timeline = store.part_events(&s.id).await.unwrap();
+    assert_eq!(timeline.len(), 3);
+    assert_eq!(timeline[2].part.tool_state().unwrap().status(), "completed");
     let phases = store.phases(&s.id).await.unwrap();
     assert_eq!(
         phases
@@ -842,7 +956,7 @@ on_every_backend!(
     absence_is_a_value_and_a_refused_part_takes_its_audit_with_it,
     two_stores_taking_one_lease_at_once_get_one_fence,
     writers_at_once_all_land,
-    a_step_ends_whole_or_not_at_all,
+    a_step_is_written_whole_or_not_at_all,
     a_read_is_one_moment_while_another_store_writes,
     parts_of_every_size_read_back_whole_through_rewrites,
 );

@@ -1,17 +1,17 @@
 //! A ledger backend that counts: it hands every call on to the real one
-//! and records when each ended and whether it wrote, so a bench can say how
-//! many transactions (and reads) a timed window really held, instead of
-//! inferring them from the events the bus carried.
+//! and records when each ended and whether it wrote, so a bench (or a
+//! test) can say how many transactions (and reads) a window really held,
+//! instead of inferring them from the events the bus carried.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use warden_core::ledger::phase::{Phase, PhaseKind};
-use warden_core::ledger::store::{HolderIsDead, PermissionChange, Replay, Result, SessionExport};
-use warden_core::ledger::{
+use crate::phase::{Phase, PhaseKind};
+use crate::store::{HolderIsDead, PermissionChange, Replay, Result, SessionExport, StepWrite};
+use crate::{
     AuditEntry, Fence, LeaseHeld, PartEvent, PromptState, QueuedPrompt, Store, TimelineRow,
 };
+use async_trait::async_trait;
 use warden_protocol::{
     MessageId, MessageInfo, MessageWithParts, Millis, Part, SessionId, SessionInfo,
 };
@@ -86,10 +86,10 @@ impl Store for Counted {
     fn name(&self) -> &str {
         self.inner.name()
     }
-    fn outbox(&self) -> Option<Arc<dyn warden_core::ledger::outbox::Outbox>> {
+    fn outbox(&self) -> Option<Arc<dyn crate::outbox::Outbox>> {
         self.inner.outbox()
     }
-    fn watch_writes(&self) -> Option<warden_core::ledger::watch::Writes> {
+    fn watch_writes(&self) -> Option<crate::watch::Writes> {
         self.inner.watch_writes()
     }
     async fn replay(&self, after: i64, session: Option<&SessionId>) -> Result<Option<Replay>> {
@@ -138,18 +138,8 @@ impl Store for Counted {
             self.inner.put_part(part, timeline, audit, fence)
         )
     }
-    async fn end_step(
-        &self,
-        info: &MessageInfo,
-        parts: &[Part],
-        marks: &[(Millis, PhaseKind)],
-        fence: Option<&Fence>,
-    ) -> Result<bool> {
-        write!(
-            self,
-            "end_step",
-            self.inner.end_step(info, parts, marks, fence)
-        )
+    async fn write_step(&self, step: &StepWrite<'_>, fence: Option<&Fence>) -> Result<bool> {
+        write!(self, "write_step", self.inner.write_step(step, fence))
     }
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
         read!(self, "messages", self.inner.messages(session))

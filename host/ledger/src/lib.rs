@@ -16,6 +16,7 @@
 
 mod assemble;
 pub mod clock;
+pub mod counted;
 mod error;
 pub mod id;
 pub mod outbox;
@@ -35,4 +36,6 @@ pub mod postgres;
 pub use error::LedgerError;
 pub use record::{AuditEntry, PartEvent};
 pub use sqlite::{IntegrityReport, SqliteStore, check_file};
-pub use store::{Fence, LeaseHeld, PromptState, QueuedPrompt, Store, TimelineRow};
+pub use store::{
+    Fence, LeaseHeld, PartChange, PromptState, QueuedPrompt, StepWrite, Store, TimelineRow,
+};

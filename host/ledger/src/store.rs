@@ -217,6 +217,25 @@ pub struct TimelineRow<'a> {
     pub started_with: Option<&'a Value>,
 }
 
+/// A part written by [`Store::write_step`]: with a timeline row when it is
+/// a tool call's state change.
+#[derive(Debug, Clone, Copy)]
+pub struct PartChange<'a> {
+    pub part: &'a Part,
+    pub timeline: Option<TimelineRow<'a>>,
+}
+
+/// What one transaction of a step writes (see [`Store::write_step`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StepWrite<'a> {
+    /// The step's header, when it changed.
+    pub header: Option<&'a MessageInfo>,
+    pub parts: &'a [PartChange<'a>],
+    /// The decisions behind the changes.
+    pub audit: &'a [AuditEntry],
+    pub marks: &'a [(Millis, PhaseKind)],
+}
+
 /// A ledger backend. Object-safe: the core holds an `Arc<dyn Store>`.
 #[async_trait]
 pub trait Store: Send + Sync {
@@ -288,19 +307,16 @@ pub trait Store: Send + Sync {
         fence: Option<&Fence>,
     ) -> Result<()>;
 
-    /// The end of a step, in one fenced transaction: its header `info`
-    /// (inserted or updated first), its last `parts` (none of them a tool
-    /// call: a call changes state through [`Store::put_part`], with its
-    /// timeline row) and its phase `marks`. `false` (and nothing written) if
-    /// the session is missing; a part of another message is refused as
-    /// [`LedgerError::Corrupt`].
-    async fn end_step(
-        &self,
-        info: &MessageInfo,
-        parts: &[Part],
-        marks: &[(Millis, PhaseKind)],
-        fence: Option<&Fence>,
-    ) -> Result<bool>;
+    /// One transaction of a step, fenced: its header when given (inserted or
+    /// updated first), its parts in order (a tool call's state changes each
+    /// with its timeline row; a part named again later in the same write
+    /// keeps only its last row, its earlier states only their timeline
+    /// rows), the audit rows and the phase marks. `false` (and nothing
+    /// written) if the header's session is missing; a part of another
+    /// message than the header's, or of another session, is refused with
+    /// all the rest as [`LedgerError::Corrupt`], and so is a part whose
+    /// message is missing.
+    async fn write_step(&self, write: &StepWrite<'_>, fence: Option<&Fence>) -> Result<bool>;
 
     /// Every message of a session with its parts, both in id order.
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>>;
@@ -422,27 +438,38 @@ pub trait Store: Send + Sync {
     async fn import_session(&self, export: &SessionExport) -> Result<bool>;
 }
 
-/// `part` as a part of the step `info` ends: of that message, and not a tool
-/// call (see [`Store::end_step`]).
-pub fn step_part<'a>(info: &MessageInfo, part: &'a Part) -> Result<&'a Part> {
-    let refuse = |reason: String| {
-        Err(LedgerError::Corrupt {
-            what: format!("part {}", part.id),
-            reason,
-        })
+/// The session `write` is of, after checking that every part in it is of
+/// that session and, when it has a header, of that message (see
+/// [`Store::write_step`]); `None` when it writes nothing of a session.
+pub fn step_session<'a>(write: &StepWrite<'a>) -> Result<Option<&'a SessionId>> {
+    let session = match (write.header, write.parts.first()) {
+        (Some(info), _) => info.session_id(),
+        (None, Some(change)) => &change.part.session_id,
+        (None, None) => return Ok(None),
     };
-    if &part.message_id != info.id() || &part.session_id != info.session_id() {
-        return refuse(format!(
-            "it belongs to message {} of session {}, not to the step {} that ends",
-            part.message_id,
-            part.session_id,
-            info.id()
-        ));
+    for PartChange { part, .. } in write.parts {
+        let theirs = match write.header {
+            Some(info) => &part.message_id != info.id() || &part.session_id != session,
+            None => &part.session_id != session,
+        };
+        if theirs {
+            return Err(LedgerError::Corrupt {
+                what: format!("part {}", part.id),
+                reason: format!(
+                    "it belongs to message {} of session {}, not to the step of {} written with it",
+                    part.message_id,
+                    part.session_id,
+                    write.header.map_or(session.as_str(), |i| i.id().as_str()),
+                ),
+            });
+        }
     }
-    if part.tool_state().is_some() {
-        return refuse(
-            "a tool call's state changes with its timeline row, not at the end of its step".into(),
-        );
-    }
-    Ok(part)
+    Ok(Some(session))
+}
+
+/// Whether the change at `index` of `parts` is the last naming its part (the
+/// one whose row is stored; the earlier ones keep only their timeline rows).
+pub fn is_last_of_its_part(parts: &[PartChange<'_>], index: usize) -> bool {
+    let id = &parts[index].part.id;
+    !parts[index + 1..].iter().any(|c| &c.part.id == id)
 }

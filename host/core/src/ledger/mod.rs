@@ -26,9 +26,9 @@ mod queue;
 
 // The storage below, from warden-ledger (the only crate with a driver).
 pub use warden_ledger::{
-    AuditEntry, Fence, IntegrityReport, LeaseHeld, LedgerError, PartEvent, PromptState,
-    QueuedPrompt, SqliteStore, Store, TimelineRow, check_file, id, location, migrate, outbox,
-    phase, postgres, sqlite, store, watch,
+    AuditEntry, Fence, IntegrityReport, LeaseHeld, LedgerError, PartChange, PartEvent, PromptState,
+    QueuedPrompt, SqliteStore, StepWrite, Store, TimelineRow, check_file, counted, id, location,
+    migrate, outbox, phase, postgres, sqlite, store, watch,
 };
 
 pub use audit_query::{AuditFilter, DecisionClass};
@@ -56,6 +56,38 @@ pub enum PartWrite<'a> {
     Changed,
     /// Streamed text appended: the row only; the bus carries the delta.
     Delta(&'a str),
+}
+
+/// A part change written by [`Ledger::write_step`].
+#[derive(Debug, Clone, Copy)]
+pub struct Change<'a> {
+    pub part: &'a Part,
+    /// For a tool call's state change: its timeline row.
+    pub timeline: Option<TimelineRow<'a>>,
+    /// Streamed text appended, which the bus carries.
+    pub delta: Option<&'a str>,
+    /// Published already (a state clients saw before it was written).
+    pub announced: bool,
+}
+
+impl<'a> Change<'a> {
+    /// A part's new content, published once written.
+    pub fn of(part: &'a Part) -> Change<'a> {
+        Change {
+            part,
+            timeline: None,
+            delta: None,
+            announced: false,
+        }
+    }
+
+    /// A tool call's new state, with its timeline row.
+    pub fn transition(part: &'a Part, row: TimelineRow<'a>) -> Change<'a> {
+        Change {
+            timeline: Some(row),
+            ..Change::of(part)
+        }
+    }
 }
 
 /// What this process keeps of a session it holds the lease of.
@@ -444,38 +476,67 @@ impl Ledger {
         Ok(())
     }
 
-    /// End a step: its header `info` (finished), its last `parts` (its
-    /// step-finish; no tool call) and its phase `marks`, in one transaction;
-    /// then each part is published, and the header.
-    pub async fn end_step(
+    /// One transaction of a step (see [`Store::write_step`]): its header
+    /// when given, its part `changes` in order, `audit` and `marks`. Then
+    /// the held copy takes each part's last state and the header, and each
+    /// part not announced before is published (its last state), then the
+    /// header.
+    pub async fn write_step(
         &self,
-        info: &MessageInfo,
-        parts: &[Part],
+        header: Option<&MessageInfo>,
+        changes: &[Change<'_>],
+        audit: &[AuditEntry],
         marks: &[(Millis, PhaseKind)],
     ) -> Result<()> {
-        let session = info.session_id();
+        let session = match (header, changes.first()) {
+            (Some(info), _) => info.session_id(),
+            (None, Some(change)) => &change.part.session_id,
+            (None, None) => return self.audit_all(audit).await,
+        };
+        let parts: Vec<PartChange<'_>> = changes
+            .iter()
+            .map(|c| PartChange {
+                part: c.part,
+                timeline: c.timeline,
+            })
+            .collect();
+        let write = StepWrite {
+            header,
+            parts: &parts,
+            audit,
+            marks,
+        };
         if !self
             .write(session, async |fence| {
-                self.store.end_step(info, parts, marks, fence).await
+                self.store.write_step(&write, fence).await
             })
             .await?
         {
             return Err(CoreError::SessionNotFound(session.clone()));
         }
+        let last = |i: usize| store::is_last_of_its_part(&parts, i);
         if let Some(held) = self.held().get_mut(session) {
-            held.put_message(info);
-            for part in parts {
-                held.put_part(part);
+            if let Some(info) = header {
+                held.put_message(info);
+            }
+            for (i, change) in changes.iter().enumerate() {
+                if last(i) {
+                    held.put_part(change.part);
+                }
             }
         }
-        for part in parts {
-            self.bus.publish(Event::PartUpdated {
-                part: part.clone(),
-                delta: None,
-            });
+        for (i, change) in changes.iter().enumerate() {
+            if last(i) && !change.announced {
+                self.bus.publish(Event::PartUpdated {
+                    part: change.part.clone(),
+                    delta: change.delta.map(str::to_string),
+                });
+            }
         }
-        self.bus
-            .publish(Event::MessageUpdated { info: info.clone() });
+        if let Some(info) = header {
+            self.bus
+                .publish(Event::MessageUpdated { info: info.clone() });
+        }
         Ok(())
     }
 

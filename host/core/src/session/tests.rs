@@ -130,12 +130,29 @@ async fn setup_with(
     tools: RustTools,
     model: Option<Arc<dyn warden_llm::Provider>>,
 ) -> Setup {
+    setup_in(
+        Ledger::in_memory(Bus::new()).unwrap(),
+        cassette,
+        config,
+        tools,
+        model,
+    )
+    .await
+}
+
+/// [`setup_with`] on this ledger.
+async fn setup_in(
+    ledger: Ledger,
+    cassette: Value,
+    config: &str,
+    tools: RustTools,
+    model: Option<Arc<dyn warden_llm::Provider>>,
+) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cassette.json");
     std::fs::write(&path, cassette.to_string()).unwrap();
     let provider = Arc::new(ScriptedProvider::load(&path).unwrap());
     let tools = Arc::new(tools);
-    let ledger = Ledger::in_memory(Bus::new()).unwrap();
     let core = Core::new(
         ledger,
         Registry::of(tools.clone()),
@@ -258,6 +275,94 @@ async fn a_tool_call_then_an_answer_takes_two_requests() {
         .filter(|m| matches!(&***m, warden_protocol::ChatMessage::Assistant { .. }))
         .count();
     assert_eq!(turns, 1);
+}
+
+/// The write path of a prompt, transaction by transaction. A step of one
+/// call is three: its header; the call's pending and running states with
+/// the step's start; the call's result with the step's end (its header,
+/// step-finish and phase marks). The answer's step writes its text as it
+/// begins (with the step's start) and as it ends.
+#[tokio::test]
+async fn a_step_of_one_call_is_three_transactions() {
+    use crate::ledger::counted::Counted;
+    let store = Arc::new(crate::ledger::SqliteStore::in_memory().unwrap());
+    let (counted, calls) = Counted::new(store);
+    let s = setup_in(
+        Ledger::new(counted, Bus::new()),
+        json!({"turns": [
+            {"tool_calls": [call("c1", "echo", json!({"path": "a"}))]},
+            {"text": "done"}
+        ]}),
+        "{}",
+        RustTools::default(),
+        None,
+    )
+    .await;
+    let mut events = s.core.bus().subscribe();
+    let from = calls.lock().unwrap().len();
+    let answer = s.core.prompt(prompt(&s, "go")).await.unwrap();
+    assert_eq!(answer.text(), "done");
+    let writes: Vec<&str> = calls.lock().unwrap()[from..]
+        .iter()
+        .filter(|c| c.wrote)
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(
+        writes,
+        [
+            // The prompt, queued and taken.
+            "enqueue_prompt",
+            "acquire_lease",
+            "take_prompt",
+            "put_message", // its header
+            "put_part",    // its text
+            "touch_session",
+            // The step with the call.
+            "put_message", // its header
+            "write_step",  // its start, the call pending and running
+            "write_step",  // the call completed, the step's end
+            // The answer.
+            "put_message", // its header
+            "write_step",  // its start and its text begun
+            "put_part",    // its text ended
+            "write_step",  // its end
+            "settle_prompt",
+            "release_lease",
+        ]
+    );
+    assert_eq!(
+        tool_timeline(&s).await,
+        [
+            ("c1".to_string(), "pending".to_string()),
+            ("c1".into(), "running".into()),
+            ("c1".into(), "completed".into())
+        ]
+    );
+    // Each state was shown once, in order, and the step began first.
+    let mut shown = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if let Event::PartUpdated { part, .. } = &*event {
+            shown.push(match &part.body {
+                PartBody::Tool { state, .. } => state.status().to_string(),
+                PartBody::StepStart {} => "step-start".into(),
+                PartBody::StepFinish { .. } => "step-finish".into(),
+                PartBody::Text { .. } => "text".into(),
+                _ => "other".into(),
+            });
+        }
+    }
+    // (The prompt's text first.)
+    assert_eq!(
+        shown[..6],
+        [
+            "text",
+            "step-start",
+            "pending",
+            "running",
+            "completed",
+            "step-finish"
+        ]
+    );
 }
 
 #[tokio::test]

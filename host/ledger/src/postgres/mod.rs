@@ -23,6 +23,7 @@ mod phase;
 mod queue;
 pub(crate) mod schema;
 mod sessions;
+mod step;
 mod timeline;
 
 use std::sync::Arc;
@@ -40,7 +41,8 @@ use warden_protocol::{
 use super::phase::{Phase, PhaseKind};
 use super::store::SessionExport;
 use super::store::{
-    Fence, HolderIsDead, LeaseHeld, PermissionChange, PromptState, QueuedPrompt, Store, step_part,
+    Fence, HolderIsDead, LeaseHeld, PermissionChange, PromptState, QueuedPrompt, StepWrite, Store,
+    step_session,
 };
 use super::{AuditEntry, LedgerError, PartEvent, TimelineRow};
 
@@ -373,33 +375,18 @@ impl Store for PgStore {
         Ok(())
     }
 
-    async fn end_step(
-        &self,
-        info: &MessageInfo,
-        parts: &[Part],
-        marks: &[(Millis, PhaseKind)],
-        fence: Option<&Fence>,
-    ) -> Result<bool> {
-        let header = messages::encode_message(info)?;
-        let parts: Vec<(&Part, String)> = parts
-            .iter()
-            .map(|p| Ok((step_part(info, p)?, messages::encode_part(p)?)))
-            .collect::<Result<_>>()?;
+    async fn write_step(&self, write: &StepWrite<'_>, fence: Option<&Fence>) -> Result<bool> {
+        if step_session(write)?.is_none() {
+            return match write.audit.first() {
+                Some(e) => self
+                    .audit(&e.session_id, write.audit, fence)
+                    .await
+                    .map(|()| true),
+                None => Ok(true),
+            };
+        }
         let mut c = self.client().await?;
-        let tx = Self::fenced(&mut c, info.session_id(), fence).await?;
-        if !messages::put_message(&tx, info, &header).await? {
-            // Dropped, the transaction rolls back.
-            return Ok(false);
-        }
-        for (part, body) in &parts {
-            messages::put_part(&tx, part, body).await?;
-        }
-        if !marks.is_empty() {
-            lock_session(&tx, info.session_id()).await?;
-            phase::insert(&tx, info.session_id(), Some(info.id()), marks).await?;
-        }
-        tx.commit().await?;
-        Ok(true)
+        step::write(&mut c, write, fence).await
     }
 
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {

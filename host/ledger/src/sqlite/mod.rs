@@ -39,7 +39,7 @@ use warden_protocol::{
 use super::phase::{Phase, PhaseKind};
 use super::store::{
     Fence, HolderIsDead, LeaseHeld, PermissionChange, PromptState, QueuedPrompt, SessionExport,
-    Store, step_part,
+    StepWrite, Store, is_last_of_its_part, step_session,
 };
 use super::{AuditEntry, LedgerError, PartEvent, TimelineRow};
 use crate::clock::now_ms;
@@ -288,29 +288,58 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn end_step(
-        &self,
-        info: &MessageInfo,
-        parts: &[Part],
-        marks: &[(Millis, PhaseKind)],
-        fence: Option<&Fence>,
-    ) -> Result<bool> {
-        let parts: Vec<(Part, String)> = parts
+    async fn write_step(&self, step: &StepWrite<'_>, fence: Option<&Fence>) -> Result<bool> {
+        let Some(session) = step_session(step)? else {
+            return match step.audit.first() {
+                Some(e) => self
+                    .audit(&e.session_id, step.audit, fence)
+                    .await
+                    .map(|()| true),
+                None => Ok(true),
+            };
+        };
+        // Encoded before the call, so the connection does SQL only: each
+        // part's row (its last change in this write) and each timeline row.
+        let parts: Vec<(Part, Option<String>, Option<Option<serde_json::Value>>)> = step
+            .parts
             .iter()
-            .map(|p| Ok((step_part(info, p)?.clone(), messages::encode_part(p)?)))
+            .enumerate()
+            .map(|(i, c)| {
+                let body = match is_last_of_its_part(step.parts, i) {
+                    true => Some(messages::encode_part(c.part)?),
+                    false => None,
+                };
+                let timeline = c.timeline.map(|t| t.started_with.cloned());
+                Ok((c.part.clone(), body, timeline))
+            })
             .collect::<Result<_>>()?;
-        let (info, marks, fence) = (info.clone(), marks.to_vec(), fence.cloned());
+        let (session, header) = (session.clone(), step.header.cloned());
+        let (audit, marks, fence) = (step.audit.to_vec(), step.marks.to_vec(), fence.cloned());
         let guests = self.guests.clone();
         self.write(move |c| {
-            write(c, info.session_id(), fence.as_ref(), |tx| {
+            write(c, &session, fence.as_ref(), |tx| {
                 let now = now_ms();
-                if !messages::put_message(tx, &info, now)? {
+                if let Some(info) = &header
+                    && !messages::put_message(tx, info, now)?
+                {
                     return Ok(false);
                 }
-                for (part, body) in &parts {
-                    messages::put_part(tx, &guests, part, body, None, &[], now)?;
+                for (part, body, timeline) in &parts {
+                    let row = timeline.as_ref().map(|w| w.as_ref());
+                    match body {
+                        Some(body) => messages::put_part(tx, &guests, part, body, row, &[], now)?,
+                        None => {
+                            if let Some(started_with) = row {
+                                timeline::insert(tx, part, started_with, now)?;
+                            }
+                        }
+                    }
                 }
-                phase::insert(tx, info.session_id(), Some(info.id()), &marks)?;
+                if !audit.is_empty() {
+                    audit::insert(tx, &guests, &audit)?;
+                }
+                let message = header.as_ref().map(|i| i.id());
+                phase::insert(tx, &session, message, &marks)?;
                 Ok(true)
             })
         })

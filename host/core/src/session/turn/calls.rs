@@ -2,9 +2,12 @@
 //! place their states change. Every transition (pending → running →
 //! completed | error, and cleanup's interrupt) is applied here through
 //! [`ToolState`]'s methods and written with the audit rows that caused it,
-//! in one transaction ([`Ledger::transition`]).
+//! in one transaction. A call costs two durable moments: pending is shown
+//! while the model streams the arguments and written with running, and the
+//! step's last result is written with the step's end (see [`super::writes`]).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -14,6 +17,8 @@ use crate::boundary::{CallFailure, CallOutcome};
 use crate::clock::now_ms;
 use crate::error::Result;
 use crate::ledger::{AuditEntry, Ledger, PartWrite, TimelineRow, id};
+
+use super::writes::StepWrites;
 use crate::tool::ToolOutput;
 
 /// Progress is written to the ledger at most this often per call.
@@ -29,7 +34,7 @@ pub(crate) enum Open {
 }
 
 pub(crate) struct CallTable<'a> {
-    ledger: &'a Ledger,
+    writes: Arc<StepWrites<'a>>,
     session_id: SessionId,
     message_id: MessageId,
     /// Tool parts of this message, in the order they began.
@@ -39,9 +44,13 @@ pub(crate) struct CallTable<'a> {
 }
 
 impl<'a> CallTable<'a> {
-    pub fn new(ledger: &'a Ledger, session_id: SessionId, message_id: MessageId) -> Self {
+    pub(super) fn new(
+        writes: Arc<StepWrites<'a>>,
+        session_id: SessionId,
+        message_id: MessageId,
+    ) -> Self {
         CallTable {
-            ledger,
+            writes,
             session_id,
             message_id,
             parts: Vec::new(),
@@ -77,10 +86,11 @@ impl<'a> CallTable<'a> {
         self.parts[idx].tool_state()
     }
 
-    /// The call with this id, begun (pending) if the stream has not yet.
-    pub async fn open(&mut self, call_id: &CallId, name: &str) -> Result<usize> {
+    /// The call with this id, begun (pending: shown now, written with its
+    /// next state) if the stream has not yet.
+    pub fn open(&mut self, call_id: &CallId, name: &str) -> usize {
         if let Some(idx) = self.index(call_id) {
-            return Ok(idx);
+            return idx;
         }
         let part = Part {
             id: id::ascending("prt").into(),
@@ -94,11 +104,10 @@ impl<'a> CallTable<'a> {
                 ignored: false,
             },
         };
-        self.ledger
-            .transition(&part, TimelineRow::default(), &[])
-            .await?;
+        self.writes
+            .hold(&part, Some(TimelineRow::default()), &[], true);
         self.parts.push(part);
-        Ok(self.parts.len() - 1)
+        self.parts.len() - 1
     }
 
     /// Argument text streamed for a pending call (kept in memory; the
@@ -133,7 +142,8 @@ impl<'a> CallTable<'a> {
                 *r = raw.to_string();
             }
         }
-        self.apply(idx, &[], |s, now| s.start(input, now)).await
+        self.apply(idx, &[], false, |s, now| s.start(input, now))
+            .await
     }
 
     /// `running → error`, with the arguments the call ended with when known.
@@ -144,8 +154,19 @@ impl<'a> CallTable<'a> {
         failure: &CallFailure,
         audit: &[AuditEntry],
     ) -> Result<()> {
+        self.fail_or_hold(idx, input, failure, audit, false).await
+    }
+
+    async fn fail_or_hold(
+        &mut self,
+        idx: usize,
+        input: Option<Value>,
+        failure: &CallFailure,
+        audit: &[AuditEntry],
+        hold: bool,
+    ) -> Result<()> {
         let error = failure.to_string();
-        self.apply(idx, audit, |s, now| match input {
+        self.apply(idx, audit, hold, |s, now| match input {
             Some(input) => s.fail_with(input, error, None, now),
             None => s.fail(error, None, now),
         })
@@ -153,26 +174,29 @@ impl<'a> CallTable<'a> {
     }
 
     /// `running → completed`.
-    pub async fn complete(
+    async fn complete(
         &mut self,
         idx: usize,
         input: Value,
         output: ToolOutput,
         audit: &[AuditEntry],
+        hold: bool,
     ) -> Result<()> {
-        self.apply(idx, audit, |s, now| {
+        self.apply(idx, audit, hold, |s, now| {
             s.complete(input, output.output, output.title, output.metadata, now)
         })
         .await
     }
 
     /// A result lands only on a running call with that id; anything else
-    /// is dropped (its audit rows are still kept).
+    /// is dropped (its audit rows are still kept). `hold`: the step's last
+    /// result, written with the step's end.
     pub async fn finish(
         &mut self,
         call_id: &CallId,
         outcome: CallOutcome,
         audit: &[AuditEntry],
+        hold: bool,
     ) -> Result<()> {
         let running = self
             .index(call_id)
@@ -182,14 +206,15 @@ impl<'a> CallTable<'a> {
                 %call_id,
                 "a result for a tool call that is not running here was dropped"
             );
-            return self.ledger.audit_all(audit).await;
+            return self.writes.audit_all(audit).await;
         };
         match outcome {
             CallOutcome::Completed { input, output } => {
-                self.complete(idx, input, output, audit).await
+                self.complete(idx, input, output, audit, hold).await
             }
             CallOutcome::Failed { input, failure } => {
-                self.fail(idx, Some(input), &failure, audit).await
+                self.fail_or_hold(idx, Some(input), &failure, audit, hold)
+                    .await
             }
         }
     }
@@ -215,7 +240,7 @@ impl<'a> CallTable<'a> {
                 .get(call_id)
                 .is_none_or(|t| t.elapsed() >= PROGRESS_EVERY);
             if due {
-                self.ledger
+                self.writes
                     .put_part(&self.parts[idx], PartWrite::Delta(""))
                     .await?;
                 self.progress_written
@@ -286,12 +311,13 @@ impl<'a> CallTable<'a> {
             %call_id,
             "the model sent two calls with one id; the second is refused"
         );
-        let idx = self.open(&id, name).await?;
+        let idx = self.open(&id, name);
         let input = match serde_json::from_str::<Value>(raw) {
             Ok(v @ Value::Object(_)) => v,
             _ => json!({}),
         };
-        self.apply(idx, &[], |s, now| s.start(input, now)).await?;
+        self.apply(idx, &[], false, |s, now| s.start(input, now))
+            .await?;
         let failure = CallFailure::DuplicateId {
             call_id: call_id.clone(),
             name: name.to_string(),
@@ -332,7 +358,7 @@ impl<'a> CallTable<'a> {
             let before = std::mem::replace(state, next);
             let was_ignored = std::mem::replace(ignored, *ignored | set_aside);
             let written = self
-                .ledger
+                .writes
                 .transition(&self.parts[idx], TimelineRow::default(), &[])
                 .await;
             if written.is_err() {
@@ -347,13 +373,15 @@ impl<'a> CallTable<'a> {
         Ok(())
     }
 
-    /// Apply a transition to call `idx` and record it with `audit`. An
-    /// illegal transition is logged and not applied (the recorded history
-    /// stays true); its audit rows are still kept.
+    /// Apply a transition to call `idx` and record it with `audit` (or,
+    /// with `hold`, keep both for the step's end). An illegal transition is
+    /// logged and not applied (the recorded history stays true); its audit
+    /// rows are still kept.
     async fn apply(
         &mut self,
         idx: usize,
         audit: &[AuditEntry],
+        hold: bool,
         f: impl FnOnce(&ToolState, i64) -> std::result::Result<ToolState, TransitionError>,
     ) -> Result<()> {
         let now = now_ms();
@@ -366,7 +394,7 @@ impl<'a> CallTable<'a> {
                 Ok(next) => before = Some(std::mem::replace(state, next)),
                 Err(e) => {
                     tracing::warn!(call_id = %call_id, "{e}");
-                    return self.ledger.audit_all(audit).await;
+                    return self.writes.audit_all(audit).await;
                 }
             }
         }
@@ -376,7 +404,11 @@ impl<'a> CallTable<'a> {
                 _ => None,
             },
         };
-        let written = self.ledger.transition(part, row, audit).await;
+        if hold {
+            self.writes.hold(part, Some(row), audit, false);
+            return Ok(());
+        }
+        let written = self.writes.transition(part, row, audit).await;
         if written.is_err()
             && let (Some(before), PartBody::Tool { state, .. }) = (before, &mut part.body)
         {

@@ -36,6 +36,8 @@ impl Turn<'_> {
         marks: &PhaseMarks,
         rx: &mut mpsc::UnboundedReceiver<Feedback>,
     ) -> Result<Outcome> {
+        // The stream is over: the step's end follows the calls.
+        self.streamed_all = true;
         let cleanup_reason = match result {
             Ok(()) => {
                 if self.drain(rx).await? {
@@ -141,8 +143,7 @@ impl Turn<'_> {
     /// model finished it) and its phase marks, in one transaction.
     pub(super) async fn end_step(&mut self, marks: &[(Millis, PhaseKind)]) -> Result<()> {
         let parts: Vec<Part> = self.finishing.take().into_iter().collect();
-        self.core
-            .ledger
+        self.writes
             .end_step(
                 &MessageInfo::Assistant(self.step.info.clone()),
                 &parts,
@@ -151,8 +152,9 @@ impl Turn<'_> {
             .await
     }
 
-    /// Write the finished step's step-finish part and header now, when
-    /// something follows it before the step's end.
+    /// Write the finished step's step-finish part and header now (with the
+    /// result held for them), when something follows it before the step's
+    /// end.
     pub(super) async fn write_finishing(&mut self) -> Result<()> {
         match self.finishing {
             Some(_) => self.end_step(&[]).await,

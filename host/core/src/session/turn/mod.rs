@@ -9,7 +9,9 @@
 //!   the end in one transaction, abandoned when the ledger fails);
 //! - [`runs`]: the calls running through the boundary in their own tasks
 //!   (admitted by the boundary's [`admission`], the doom-loop guard
-//!   included, so nothing about a call waits in the stream loop).
+//!   included, so nothing about a call waits in the stream loop);
+//! - [`writes`]: when the step's changes become durable (what is held back
+//!   for the next write, so a step of one call is three transactions).
 //!
 //! It tells the loop what comes next: `continue`, `stop` or `compact`
 //! (context overflow). As in the seeds, a rule's deny, a protected path and
@@ -24,6 +26,7 @@ mod calls;
 mod end;
 mod runs;
 mod sink;
+mod writes;
 
 use std::sync::Arc;
 
@@ -48,6 +51,7 @@ use calls::CallTable;
 use runs::{Feedback, Runs};
 use sink::PartsSink;
 use warden_llm::{EventStream, ResolvedModel};
+use writes::StepWrites;
 
 pub(crate) use calls::CallTable as Calls;
 
@@ -94,11 +98,16 @@ pub(crate) struct Turn<'a> {
     sink: PartsSink<'a>,
     calls: CallTable<'a>,
     runs: Runs,
+    writes: Arc<StepWrites<'a>>,
     feedback: Option<mpsc::UnboundedReceiver<Feedback>>,
     /// Why the loop stops after this step without the model answering.
     stopped: Option<String>,
     needs_compaction: bool,
     saw_finish: bool,
+    /// The model has finished the step (or its stream is over): the step's
+    /// end follows as soon as the calls settle, so the last call's result
+    /// is written with it.
+    streamed_all: bool,
     /// The step-finish part of the model's finished step, written with the
     /// step's end (its header and phase marks, one transaction), or before
     /// anything the stream sends after it.
@@ -109,17 +118,20 @@ impl<'a> Turn<'a> {
     pub(crate) fn new(core: &'a CoreInner, step: Step<'a>, cancel: CancellationToken) -> Self {
         let (session_id, message_id) = (step.session.id.clone(), step.info.id.clone());
         let (runs, feedback) = Runs::new();
+        let writes = StepWrites::new(&core.ledger);
         Turn {
             core,
-            sink: PartsSink::new(&core.ledger, session_id.clone(), message_id.clone()),
-            calls: CallTable::new(&core.ledger, session_id, message_id),
+            sink: PartsSink::new(writes.clone(), session_id.clone(), message_id.clone()),
+            calls: CallTable::new(writes.clone(), session_id, message_id),
             runs,
+            writes,
             feedback: Some(feedback),
             step,
             cancel,
             stopped: None,
             needs_compaction: false,
             saw_finish: false,
+            streamed_all: false,
             finishing: None,
         }
     }
@@ -137,6 +149,7 @@ impl<'a> Turn<'a> {
         let result = loop {
             attempt += 1;
             self.saw_finish = false;
+            self.streamed_all = false;
             // A runner that lost its lease sends no model request.
             if let Err(e) = self.core.ledger.check_fence(&session_id).await {
                 break Err(Halt::Core(e));
@@ -228,10 +241,11 @@ impl<'a> Turn<'a> {
                         // step's finish): the turn writes nothing of its own
                         // beside a running call, whose result is the step's
                         // critical path.
-                        if matches!(ev, LlmEvent::FinishStep { .. } | LlmEvent::Finish { .. })
-                            && self.settle_calls(rx).await?
-                        {
-                            return Err(Halt::Cancelled);
+                        if matches!(ev, LlmEvent::FinishStep { .. } | LlmEvent::Finish { .. }) {
+                            self.streamed_all = true;
+                            if self.settle_calls(rx).await? {
+                                return Err(Halt::Cancelled);
+                            }
                         }
                         self.handle(ev).await?
                     }
@@ -257,7 +271,7 @@ impl<'a> Turn<'a> {
         }
         match ev {
             LlmEvent::Start => {}
-            LlmEvent::StartStep => self.sink.write_new(PartBody::StepStart {}).await?,
+            LlmEvent::StartStep => self.sink.step_start(),
             LlmEvent::TextStart { id } => self.sink.start(id, false).await?,
             LlmEvent::ReasoningStart { id } => self.sink.start(id, true).await?,
             // Some providers send deltas with no start: the first delta starts the part.
@@ -272,7 +286,7 @@ impl<'a> Turn<'a> {
             LlmEvent::TextEnd { id } => self.sink.end(&id, None).await?,
             LlmEvent::ReasoningEnd { id, metadata } => self.sink.end(&id, metadata).await?,
             LlmEvent::ToolInputStart { call_id, name } => {
-                self.calls.open(&call_id.into(), &name).await?;
+                self.calls.open(&call_id.into(), &name);
             }
             LlmEvent::ToolInputDelta { call_id, delta } => {
                 self.calls.append_raw(&call_id.into(), &delta)
@@ -302,7 +316,12 @@ impl<'a> Turn<'a> {
                     metadata,
                 };
                 self.calls
-                    .finish(&call_id, CallOutcome::Completed { input, output }, &[])
+                    .finish(
+                        &call_id,
+                        CallOutcome::Completed { input, output },
+                        &[],
+                        false,
+                    )
                     .await?;
             }
             LlmEvent::ToolError { call_id, error } => {
@@ -310,7 +329,7 @@ impl<'a> Turn<'a> {
                 let input = self.calls.input(&call_id);
                 let failure = CallFailure::Guest(crate::tool::GuestError::Failed(error));
                 self.calls
-                    .finish(&call_id, CallOutcome::Failed { input, failure }, &[])
+                    .finish(&call_id, CallOutcome::Failed { input, failure }, &[], false)
                     .await?;
             }
             LlmEvent::FinishStep { reason, usage, .. } => {
@@ -355,7 +374,7 @@ impl<'a> Turn<'a> {
         raw: String,
         provider_executed: bool,
     ) -> Result<(), Halt> {
-        let idx = self.calls.open(&call_id, &name).await?;
+        let idx = self.calls.open(&call_id, &name);
         if !matches!(self.calls.state(idx), Some(ToolState::Pending { .. })) {
             return Ok(self.calls.refuse_duplicate(&call_id, &name, &raw).await?);
         }
@@ -428,7 +447,10 @@ impl<'a> Turn<'a> {
                     }
                     self.stop_for(&call_id, &name, failure, refusal);
                 }
-                self.calls.finish(&call_id, outcome, &audit).await
+                // The model finished the step and this was its last call:
+                // the result goes with the step's end, which follows.
+                let hold = self.streamed_all && self.runs.in_flight() == 0;
+                self.calls.finish(&call_id, outcome, &audit, hold).await
             }
             Feedback::Progress { call_id, slot } => {
                 let latest = slot.lock().unwrap_or_else(|p| p.into_inner()).take();

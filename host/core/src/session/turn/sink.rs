@@ -4,6 +4,7 @@
 //! more when they end; the flush policy lives here and nowhere else.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -12,7 +13,9 @@ use warden_protocol::{MessageId, Part, PartBody, SessionId};
 
 use crate::clock::now_ms;
 use crate::error::Result;
-use crate::ledger::{Ledger, PartWrite, id};
+use crate::ledger::{PartWrite, id};
+
+use super::writes::StepWrites;
 
 /// Streamed text is written to the ledger at most this often (and at its end).
 pub(super) const FLUSH_EVERY: Duration = Duration::from_millis(50);
@@ -25,7 +28,7 @@ struct Streamed {
 }
 
 pub(super) struct PartsSink<'a> {
-    ledger: &'a Ledger,
+    writes: Arc<StepWrites<'a>>,
     session_id: SessionId,
     message_id: MessageId,
     streamed: HashMap<String, Streamed>,
@@ -34,9 +37,9 @@ pub(super) struct PartsSink<'a> {
 }
 
 impl<'a> PartsSink<'a> {
-    pub fn new(ledger: &'a Ledger, session_id: SessionId, message_id: MessageId) -> Self {
+    pub fn new(writes: Arc<StepWrites<'a>>, session_id: SessionId, message_id: MessageId) -> Self {
         PartsSink {
-            ledger,
+            writes,
             session_id,
             message_id,
             streamed: HashMap::new(),
@@ -44,10 +47,10 @@ impl<'a> PartsSink<'a> {
         }
     }
 
-    /// Write a new part of this message (a step's start).
-    pub async fn write_new(&mut self, body: PartBody) -> Result<()> {
-        let part = self.new_part(body);
-        self.ledger.put_part(&part, PartWrite::Changed).await
+    /// A step's start: shown now, written with the step's next write.
+    pub fn step_start(&mut self) {
+        let part = self.new_part(PartBody::StepStart {});
+        self.writes.hold(&part, None, &[], true);
     }
 
     /// A text (or reasoning) part begins; a second start of one id is a no-op.
@@ -75,7 +78,7 @@ impl<'a> PartsSink<'a> {
             }
         };
         let part = self.new_part(body);
-        self.ledger.put_part(&part, PartWrite::Changed).await?;
+        self.writes.put_part(&part, PartWrite::Changed).await?;
         self.streamed.insert(
             id,
             Streamed {
@@ -96,7 +99,7 @@ impl<'a> PartsSink<'a> {
         }
         s.unflushed.push_str(delta);
         if s.flushed_at.elapsed() >= FLUSH_EVERY {
-            self.ledger
+            self.writes
                 .put_part(&s.part, PartWrite::Delta(&s.unflushed))
                 .await?;
             s.unflushed.clear();
@@ -124,7 +127,7 @@ impl<'a> PartsSink<'a> {
             }
             _ => {}
         }
-        self.ledger.put_part(&s.part, PartWrite::Changed).await?;
+        self.writes.put_part(&s.part, PartWrite::Changed).await?;
         self.attempt.push(s.part);
         Ok(())
     }
@@ -146,7 +149,7 @@ impl<'a> PartsSink<'a> {
             {
                 *ignored = true;
             }
-            self.ledger.put_part(&part, PartWrite::Changed).await?;
+            self.writes.put_part(&part, PartWrite::Changed).await?;
         }
         Ok(())
     }
