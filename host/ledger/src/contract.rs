@@ -774,7 +774,10 @@ pub(crate) async fn fill(store: &dyn Store, n: i64) -> SessionId {
         if let PartBody::Tool { state: s, .. } = &mut call.body {
             *s = state;
         }
-        let row = TimelineRow { started_with };
+        let row = TimelineRow {
+            started_with,
+            at: None,
+        };
         store.put_part(&call, Some(row), &[], None).await.unwrap();
     }
     let mut other = entry(&s.id, "denied");

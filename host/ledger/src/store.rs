@@ -215,6 +215,9 @@ pub struct TimelineRow<'a> {
     /// running row keeps no arguments (they are the part row's), so where a
     /// before hook rewrote them the finishing row keeps these.
     pub started_with: Option<&'a Value>,
+    /// When a pending state began, for one written later with its next
+    /// state (a call held back while its arguments streamed); `None`: now.
+    pub at: Option<Millis>,
 }
 
 /// A part written by [`Store::write_step`]: with a timeline row when it is

@@ -338,6 +338,18 @@ async fn a_step_of_one_call_is_three_transactions() {
             ("c1".into(), "completed".into())
         ]
     );
+    // A call held back while its arguments streamed keeps the time it
+    // began: the timeline's times never go back.
+    let ats: Vec<i64> = s
+        .core
+        .ledger()
+        .part_events(&s.session.id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.at)
+        .collect();
+    assert!(ats.windows(2).all(|w| w[0] <= w[1]), "{ats:?}");
     // Each state was shown once, in order, and the step began first.
     let mut shown = Vec::new();
     while let Ok(event) = events.try_recv() {

@@ -358,7 +358,7 @@ impl Store for PgStore {
             messages::put_part(&tx, part, &body),
             async {
                 match event {
-                    true => timeline::insert(&tx, part, started_with).await,
+                    true => timeline::insert(&tx, part, started_with, None).await,
                     false => Ok(()),
                 }
             },

@@ -70,7 +70,7 @@ pub async fn write(c: &mut PgClient, write: &StepWrite<'_>, fence: Option<&Fence
         }
         if let Some(row) = change.timeline {
             flight.push(Box::pin(async move {
-                timeline::insert(tx, change.part, row.started_with)
+                timeline::insert(tx, change.part, row.started_with, row.at)
                     .await
                     .map(|()| true)
             }));

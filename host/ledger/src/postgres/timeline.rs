@@ -24,14 +24,21 @@ pub fn insert_sql() -> String {
 }
 
 /// Record a tool part's new state (the caller holds the session's row
-/// lock); `started_with` as [`adds`] takes it.
-pub async fn insert(tx: &Transaction<'_>, part: &Part, started_with: Option<&Value>) -> Result<()> {
+/// lock); `started_with` as [`adds`] takes it; `pending_at` when a pending
+/// state began, if not now.
+pub async fn insert(
+    tx: &Transaction<'_>,
+    part: &Part,
+    started_with: Option<&Value>,
+    pending_at: Option<Millis>,
+) -> Result<()> {
     let Some(s) = part.tool_state() else {
         return Ok(());
     };
-    // A pending state happens now: on the database's clock.
+    // A pending state happens now (on the database's clock) unless it was
+    // held back.
     let at: Option<Millis> = match s {
-        ToolState::Pending { .. } => None,
+        ToolState::Pending { .. } => pending_at,
         other => Some(time_of(other, 0)),
     };
     insert_row(

@@ -300,7 +300,8 @@ impl Store for SqliteStore {
         };
         // Encoded before the call, so the connection does SQL only: each
         // part's row (its last change in this write) and each timeline row.
-        let parts: Vec<(Part, Option<String>, Option<Option<serde_json::Value>>)> = step
+        type Row = (Option<serde_json::Value>, Option<Millis>);
+        let parts: Vec<(Part, Option<String>, Option<Row>)> = step
             .parts
             .iter()
             .enumerate()
@@ -309,7 +310,7 @@ impl Store for SqliteStore {
                     true => Some(messages::encode_part(c.part)?),
                     false => None,
                 };
-                let timeline = c.timeline.map(|t| t.started_with.cloned());
+                let timeline = c.timeline.map(|t| (t.started_with.cloned(), t.at));
                 Ok((c.part.clone(), body, timeline))
             })
             .collect::<Result<_>>()?;
@@ -325,12 +326,13 @@ impl Store for SqliteStore {
                     return Ok(false);
                 }
                 for (part, body, timeline) in &parts {
-                    let row = timeline.as_ref().map(|w| w.as_ref());
+                    let row = timeline.as_ref().map(|(w, _)| w.as_ref());
+                    let at = timeline.as_ref().and_then(|(_, at)| *at).unwrap_or(now);
                     match body {
-                        Some(body) => messages::put_part(tx, &guests, part, body, row, &[], now)?,
+                        Some(body) => messages::put_part(tx, &guests, part, body, row, &[], at)?,
                         None => {
                             if let Some(started_with) = row {
-                                timeline::insert(tx, part, started_with, now)?;
+                                timeline::insert(tx, part, started_with, at)?;
                             }
                         }
                     }

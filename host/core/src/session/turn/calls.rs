@@ -403,6 +403,7 @@ impl<'a> CallTable<'a> {
                 Some(ToolState::Running { input, .. }) => Some(input),
                 _ => None,
             },
+            at: None,
         };
         if hold {
             self.writes.hold(part, Some(row), audit, false);

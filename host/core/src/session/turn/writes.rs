@@ -28,6 +28,8 @@ struct Held {
     /// with, when a hook rewrote them (its timeline row's).
     timeline: Option<Option<Value>>,
     audit: Vec<AuditEntry>,
+    /// When it was held: a pending call's time in its timeline row.
+    at: Millis,
     /// Published when it was held.
     announced: bool,
 }
@@ -67,6 +69,7 @@ impl<'a> StepWrites<'a> {
             part: part.clone(),
             timeline: row.map(|r| r.started_with.cloned()),
             audit: audit.to_vec(),
+            at: crate::clock::now_ms(),
             announced: announce,
         });
     }
@@ -178,6 +181,7 @@ impl Held {
             part: &self.part,
             timeline: self.timeline.as_ref().map(|s| TimelineRow {
                 started_with: s.as_ref(),
+                at: Some(self.at),
             }),
             delta: None,
             announced: self.announced,
