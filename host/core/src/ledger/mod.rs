@@ -81,12 +81,37 @@ impl<'a> Change<'a> {
         }
     }
 
+    /// A part written as [`Ledger::put_part`] writes it.
+    pub fn put(part: &'a Part, write: PartWrite<'a>) -> Change<'a> {
+        Change {
+            timeline: timeline_of(part, write, None),
+            delta: match write {
+                PartWrite::Delta(d) => Some(d),
+                PartWrite::Changed => None,
+            },
+            ..Change::of(part)
+        }
+    }
+
     /// A tool call's new state, with its timeline row.
     pub fn transition(part: &'a Part, row: TimelineRow<'a>) -> Change<'a> {
         Change {
             timeline: Some(row),
             ..Change::of(part)
         }
+    }
+}
+
+/// The timeline row a part write records: a tool call's changed state's
+/// (`row`, or the default); none for streamed text or another part.
+fn timeline_of<'a>(
+    part: &Part,
+    write: PartWrite<'_>,
+    row: Option<TimelineRow<'a>>,
+) -> Option<TimelineRow<'a>> {
+    match (write, &part.body) {
+        (PartWrite::Changed, PartBody::Tool { .. }) => Some(row.unwrap_or_default()),
+        _ => None,
     }
 }
 
@@ -573,10 +598,7 @@ impl Ledger {
     ) -> Result<()> {
         // The timeline is of tool calls: their states are what a trace
         // replays. Other parts keep their content in their own row.
-        let timeline = match (write, &part.body) {
-            (PartWrite::Changed, PartBody::Tool { .. }) => Some(row.unwrap_or_default()),
-            _ => None,
-        };
+        let timeline = timeline_of(part, write, row);
         self.write(&part.session_id, async |fence| {
             self.store.put_part(part, timeline, audit, fence).await
         })

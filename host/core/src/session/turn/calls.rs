@@ -17,9 +17,9 @@ use crate::boundary::{CallFailure, CallOutcome};
 use crate::clock::now_ms;
 use crate::error::Result;
 use crate::ledger::{AuditEntry, Ledger, PartWrite, TimelineRow, id};
+use crate::tool::ToolOutput;
 
 use super::writes::StepWrites;
-use crate::tool::ToolOutput;
 
 /// Progress is written to the ledger at most this often per call.
 const PROGRESS_EVERY: Duration = Duration::from_millis(50);

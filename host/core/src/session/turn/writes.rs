@@ -15,7 +15,7 @@
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
-use warden_protocol::{MessageInfo, Millis, Part, PartBody};
+use warden_protocol::{MessageInfo, Millis, Part};
 
 use crate::error::Result;
 use crate::ledger::phase::PhaseKind;
@@ -84,18 +84,7 @@ impl<'a> StepWrites<'a> {
         if !self.holding() {
             return self.ledger.put_part(part, write).await;
         }
-        let change = Change {
-            part,
-            timeline: match (write, &part.body) {
-                (PartWrite::Changed, PartBody::Tool { .. }) => Some(TimelineRow::default()),
-                _ => None,
-            },
-            delta: match write {
-                PartWrite::Delta(d) => Some(d),
-                PartWrite::Changed => None,
-            },
-            announced: false,
-        };
+        let change = Change::put(part, write);
         self.write(None, vec![change], &[], &[]).await
     }
 
