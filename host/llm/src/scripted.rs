@@ -19,10 +19,14 @@
 //! `error` (fail this request instead: `{"kind": "rate-limited", "message":
 //! "...", "retry_after_ms": 10}`).
 //!
-//! Every request received is kept (see [`ScriptedProvider::requests`]) and,
-//! when `record` names a file (relative to the cassette) or
-//! `WARDEN_SCRIPTED_RECORD` is set, appended to it as a JSON line, so a test
-//! can assert what the model was shown.
+//! When `record` names a file (relative to the cassette) or
+//! `WARDEN_SCRIPTED_RECORD` is set, every request received is appended to it
+//! as a JSON line, so a test can assert what the model was shown. A test in
+//! this process can ask for them in memory instead
+//! ([`ScriptedProvider::keeping_requests`]). Neither is the default: a kept
+//! request shares the loop's conversation, which the loop then copies to
+//! extend each round, so a long session would pay for every message it
+//! holds at every step.
 //!
 //! The place in the cassette is per conversation (a session): the core asks
 //! for [`Provider::conversation`] and streams through that view. A
@@ -47,8 +51,9 @@ use warden_protocol::{
 
 use super::{EventStream, ModelInfo, Prices, Provider, ResolvedModel};
 use crate::{ModelError, Result};
+use usage::{Counted, estimate_usage};
 
-/// How many requests [`ScriptedProvider::requests`] keeps.
+/// How many requests [`ScriptedProvider::requests`] keeps, when asked to.
 const KEPT_REQUESTS: usize = 256;
 
 /// A parsed cassette.
@@ -198,8 +203,16 @@ struct Player {
     cassette: Cassette,
     record: Option<PathBuf>,
     /// The next turn of each conversation served so far.
-    next: Mutex<HashMap<String, u32>>,
-    requests: Mutex<Vec<LlmRequest>>,
+    next: Mutex<HashMap<String, Place>>,
+    /// The requests received, when the provider keeps them.
+    requests: Option<Mutex<Vec<LlmRequest>>>,
+}
+
+/// A conversation's place in the cassette, and what its last request's
+/// usage estimate counted, so the next request counts only what it adds.
+struct Place {
+    turn: u32,
+    counted: Counted,
 }
 
 impl ScriptedProvider {
@@ -218,20 +231,29 @@ impl ScriptedProvider {
             cassette,
             record,
             next: Mutex::new(HashMap::new()),
-            requests: Mutex::new(Vec::new()),
+            requests: None,
         };
         Ok(ScriptedProvider {
             player: Arc::new(player),
         })
     }
 
-    /// The requests received so far, in order (the latest 256).
+    /// Keep the requests received in memory, for [`ScriptedProvider::requests`]
+    /// (a test's provider; see the module's docs for why it is not the default).
+    pub fn keeping_requests(mut self) -> ScriptedProvider {
+        if let Some(player) = Arc::get_mut(&mut self.player) {
+            player.requests = Some(Mutex::new(Vec::new()));
+        }
+        self
+    }
+
+    /// The requests received so far, in order (the latest 256), when the
+    /// provider keeps them ([`ScriptedProvider::keeping_requests`]); else none.
     pub fn requests(&self) -> Vec<LlmRequest> {
-        self.player
-            .requests
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        match &self.player.requests {
+            Some(kept) => kept.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            None => Vec::new(),
+        }
     }
 
     /// The cassette being played.
@@ -244,14 +266,21 @@ impl Player {
     /// The cassette turn for the conversation's next request. A conversation
     /// first seen here (a new session, or one resumed by a fresh process)
     /// starts after the model turns its request already holds.
-    fn take_turn(&self, conversation: &str, request: &LlmRequest) -> u32 {
+    ///
+    /// Also the size of the request's conversation, in characters (for the
+    /// usage estimate of a turn that gives none).
+    fn take_turn(&self, conversation: &str, request: &LlmRequest) -> (u32, usize) {
         let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
-        let slot = next
-            .entry(conversation.to_string())
-            .or_insert_with(|| shown_turns(request));
-        let turn = *slot;
-        *slot += 1;
-        turn
+        let place = match next.get_mut(conversation) {
+            Some(place) => place,
+            None => next.entry(conversation.to_string()).or_insert(Place {
+                turn: shown_turns(request),
+                counted: Counted::default(),
+            }),
+        };
+        let turn = place.turn;
+        place.turn += 1;
+        (turn, place.counted.update(&request.messages))
     }
 
     /// Play the conversation's next turn.
@@ -261,7 +290,7 @@ impl Player {
         request: LlmRequest,
     ) -> std::result::Result<EventStream, ProviderError> {
         self.record(&request)?;
-        let index = self.take_turn(conversation, &request);
+        let (index, chars) = self.take_turn(conversation, &request);
         let Some(turn) = self.cassette.turns.get(index as usize).cloned() else {
             return Err(ProviderError::new(
                 ErrorKind::Other,
@@ -281,7 +310,7 @@ impl Player {
                 retry_after_ms: e.retry_after_ms,
             });
         }
-        let events = turn_events(&turn, index, &request);
+        let events = turn_events(&turn, index, &request, chars);
         let delay = turn.delay_ms.unwrap_or(0);
         let stream = futures::stream::once(async move {
             if delay > 0 {
@@ -297,11 +326,13 @@ impl Player {
         {
             // The latest requests only: a long session must not hold every
             // conversation it ever sent in memory.
-            let mut kept = self.requests.lock().unwrap_or_else(|p| p.into_inner());
-            if kept.len() >= KEPT_REQUESTS {
-                kept.remove(0);
+            if let Some(kept) = &self.requests {
+                let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
+                if kept.len() >= KEPT_REQUESTS {
+                    kept.remove(0);
+                }
+                kept.push(request.clone());
             }
-            kept.push(request.clone());
         }
         if let Some(path) = &self.record {
             let line = serde_json::to_string(request).map_err(|e| {
@@ -394,7 +425,7 @@ fn ends_mid_line(f: &mut std::fs::File) -> bool {
 }
 
 /// The events a turn streams, as a real provider would send them.
-fn turn_events(turn: &Turn, index: u32, request: &LlmRequest) -> Vec<LlmEvent> {
+fn turn_events(turn: &Turn, index: u32, request: &LlmRequest, chars: usize) -> Vec<LlmEvent> {
     let mut ev = vec![LlmEvent::Start, LlmEvent::StartStep];
     if let Some(r) = &turn.reasoning {
         let id = format!("r{index}");
@@ -456,7 +487,7 @@ fn turn_events(turn: &Turn, index: u32, request: &LlmRequest) -> Vec<LlmEvent> {
             cache_write: u.cache_write,
             raw: None,
         },
-        None => estimate_usage(turn, request),
+        None => estimate_usage(turn, request, chars),
     };
     ev.push(LlmEvent::FinishStep {
         reason,
@@ -488,49 +519,6 @@ fn chunks(text: &str) -> Vec<&str> {
     out
 }
 
-/// About four characters a token, so step-finish parts carry plausible numbers.
-fn estimate_usage(turn: &Turn, request: &LlmRequest) -> Usage {
-    use warden_protocol::llm::{AssistantContent, UserContent};
-    // Counted from the text, not by serialising the conversation again.
-    let mut input_chars: usize = request.system.iter().map(|s| s.len()).sum();
-    for m in &request.messages {
-        input_chars += match &**m {
-            ChatMessage::User { content } => content
-                .iter()
-                .map(|UserContent::Text { text }| text.len())
-                .sum::<usize>(),
-            ChatMessage::Assistant { content } => content
-                .iter()
-                .map(|c| match c {
-                    AssistantContent::Text { text } | AssistantContent::Reasoning { text, .. } => {
-                        text.len()
-                    }
-                    AssistantContent::ToolCall { name, .. } => name.len() + 32,
-                })
-                .sum::<usize>(),
-            ChatMessage::Tool { content } => {
-                content.iter().map(|r| r.output.len() + 16).sum::<usize>()
-            }
-        };
-    }
-    let output_chars = turn.text.as_ref().map_or(0, |t| t.len())
-        + turn.reasoning.as_ref().map_or(0, |t| t.len())
-        + turn
-            .tool_calls
-            .iter()
-            .map(|c| c.name.len() + c.arguments.as_ref().map_or(0, |a| a.to_string().len()))
-            .sum::<usize>();
-    Usage {
-        input: input_chars.div_ceil(4) as u64,
-        output: output_chars.div_ceil(4) as u64,
-        reasoning: turn
-            .reasoning
-            .as_ref()
-            .map_or(0, |t| t.len().div_ceil(4) as u64),
-        ..Usage::default()
-    }
-}
-
 /// The `scripted` provider factory: `scripted:PATH`.
 pub fn resolve(model: &ModelRef) -> Result<ResolvedModel> {
     let path = PathBuf::from(&model.model);
@@ -549,6 +537,9 @@ pub fn resolve(model: &ModelRef) -> Result<ResolvedModel> {
         provider: Arc::new(provider),
     })
 }
+
+#[path = "scripted_usage.rs"]
+mod usage;
 
 #[cfg(test)]
 #[path = "scripted_tests.rs"]

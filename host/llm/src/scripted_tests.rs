@@ -56,7 +56,7 @@ fn a_turn_with_a_call_but_stop_keeps_stop() {
         tools: vec![],
         max_output_tokens: None,
     };
-    let ev = turn_events(&turn, 0, &req);
+    let ev = turn_events(&turn, 0, &req, 0);
     assert!(ev.contains(&LlmEvent::ToolCall {
         call_id: "c".into(),
         name: "read".into(),
@@ -75,7 +75,7 @@ fn a_turn_with_a_call_but_stop_keeps_stop() {
 fn cassette(dir: &Path, turns: serde_json::Value) -> ScriptedProvider {
     let path = dir.join("cassette.json");
     std::fs::write(&path, serde_json::json!({ "turns": turns }).to_string()).unwrap();
-    ScriptedProvider::load(&path).unwrap()
+    ScriptedProvider::load(&path).unwrap().keeping_requests()
 }
 
 fn request(messages: Vec<ChatMessage>) -> LlmRequest {

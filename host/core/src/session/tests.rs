@@ -151,7 +151,7 @@ async fn setup_in(
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cassette.json");
     std::fs::write(&path, cassette.to_string()).unwrap();
-    let provider = Arc::new(ScriptedProvider::load(&path).unwrap());
+    let provider = Arc::new(ScriptedProvider::load(&path).unwrap().keeping_requests());
     let tools = Arc::new(tools);
     let core = Core::new(
         ledger,
