@@ -10,7 +10,7 @@ use warden_protocol::{MessageWithParts, Part, PartBody, ToolState};
 use super::Call;
 use super::audit::{Outcome, Stage};
 use super::failure::CallFailure;
-use super::gate::{self, Question, Verdict};
+use super::gate::{self, Metadata, Question, Verdict};
 use crate::session::history::assistant;
 
 /// The last this many tool calls identical → ask `doom_loop`.
@@ -79,7 +79,7 @@ pub(super) async fn check(call: &Call<'_>, input: &Value) -> Result<(), CallFail
     let question = Question {
         permission: "doom_loop".into(),
         patterns: vec![name.clone()],
-        metadata: json!({"tool": name, "input": input}),
+        metadata: Metadata::new(|| json!({"tool": name, "input": input})),
         stage: Stage::Permission,
         subject: "doom_loop".into(),
         plugin_hash: None,

@@ -56,13 +56,34 @@ impl Rules {
     }
 }
 
+/// What a question shows whoever is asked: built only when someone is, so
+/// a call a rule settles copies none of its arguments for it.
+pub struct Metadata<'a>(Box<dyn FnOnce() -> Value + Send + 'a>);
+
+impl<'a> Metadata<'a> {
+    pub fn new(build: impl FnOnce() -> Value + Send + 'a) -> Metadata<'a> {
+        Metadata(Box::new(build))
+    }
+
+    /// Metadata already built (a guest's own question brings it).
+    pub fn of(value: Value) -> Metadata<'a> {
+        Metadata::new(move || value)
+    }
+}
+
+impl std::fmt::Debug for Metadata<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metadata(built when asked)")
+    }
+}
+
 /// One question for the gate, and how its answer is audited.
-#[derive(Debug, Clone)]
-pub struct Question {
+#[derive(Debug)]
+pub struct Question<'a> {
     pub permission: String,
     pub patterns: Vec<String>,
     /// Shown to whoever is asked.
-    pub metadata: Value,
+    pub metadata: Metadata<'a>,
     /// The stage and subject of the row written when a rule decides.
     pub stage: Stage,
     pub subject: String,
@@ -101,7 +122,7 @@ pub struct Gate<'a> {
 
 /// Settle `question` by the evaluation of the rules, asking when they say
 /// `ask`, and audit the decision.
-pub async fn decide(gate: &Gate<'_>, question: Question, eval: Evaluation) -> Verdict {
+pub async fn decide(gate: &Gate<'_>, question: Question<'_>, eval: Evaluation) -> Verdict {
     let rule = eval.describe();
     match eval.action {
         Action::Allow => {
@@ -127,7 +148,7 @@ pub async fn decide(gate: &Gate<'_>, question: Question, eval: Evaluation) -> Ve
                 permission: question.permission.clone(),
                 always: literal(&question.patterns),
                 patterns: question.patterns,
-                metadata: question.metadata,
+                metadata: (question.metadata.0)(),
                 tool: Some(PermissionTool {
                     message_id: gate.ctx.message_id.clone(),
                     call_id: gate.ctx.call_id.clone(),
@@ -163,7 +184,7 @@ pub async fn decide(gate: &Gate<'_>, question: Question, eval: Evaluation) -> Ve
     }
 }
 
-fn settled(q: &Question, decision: Decision, outcome: Outcome, rule: &str) -> Row {
+fn settled(q: &Question<'_>, decision: Decision, outcome: Outcome, rule: &str) -> Row {
     let mut row = Row::new(q.stage, q.subject.clone(), decision, outcome).rule(rule);
     row.plugin_hash = q.plugin_hash.clone();
     row

@@ -10,8 +10,8 @@ use warden_protocol::Action;
 
 use super::audit::{Decision, Outcome, Row, Stage};
 use super::failure::{CallFailure, HookStage};
-use super::gate::{self, Question, Verdict};
-use super::{Call, check_call};
+use super::gate::{self, Metadata, Question, Verdict};
+use super::{Arguments, Call, check_call};
 use crate::permission::{self, Evaluation};
 use crate::tool::{AfterDecision, BeforeDecision, GuestError, HookCall, HookDef, ToolOutput};
 
@@ -47,7 +47,7 @@ impl HookStage {
 pub(crate) async fn run_stage(
     call: &Call<'_>,
     stage: HookStage,
-    input: &mut Value,
+    input: &mut Arguments,
     mut output: Option<&mut ToolOutput>,
 ) -> Result<(), CallFailure> {
     let (env, req, observer) = (call.env, call.req, &call.observer);
@@ -73,12 +73,11 @@ pub(crate) async fn run_stage(
             }
         }
         let started = Instant::now();
-        let arguments = input.to_string();
         let hook_call = HookCall {
             hook,
             ctx: &req.ctx,
             tool: &tool.id,
-            arguments: &arguments,
+            arguments: &input.text,
             observer: observer.clone(),
         };
         let said = match (stage, output.as_deref()) {
@@ -126,8 +125,8 @@ pub(crate) async fn run_stage(
             Ok(Said::Arguments(text)) => match serde_json::from_str::<Value>(&text) {
                 Ok(new) if new.is_object() => {
                     call.trail.push(row(Outcome::Rewrite));
-                    *input = new;
-                    check_call(call, input).await?;
+                    input.set(new);
+                    check_call(call, &input.value).await?;
                 }
                 _ => {
                     let e = failed(GuestError::InvalidOutput {
@@ -147,11 +146,14 @@ pub(crate) async fn run_stage(
             }
             Ok(Said::Ask(reason)) => {
                 call.trail.push(row(Outcome::AskFor(reason.clone())));
-                let pattern = crate::tool::pattern_of(&tool.pattern, input, &req.ctx.directory);
+                let pattern =
+                    crate::tool::pattern_of(&tool.pattern, &input.value, &req.ctx.directory);
                 let question = Question {
                     permission: tool.permission.clone(),
                     patterns: vec![pattern],
-                    metadata: json!({"tool": tool.id, "input": input, "hook": hook.guest.plugin, "reason": reason}),
+                    metadata: Metadata::of(
+                        json!({"tool": tool.id, "input": input.value, "hook": hook.guest.plugin, "reason": reason}),
+                    ),
                     stage: Stage::Ask,
                     subject: tool.permission.clone(),
                     plugin_hash: None,
@@ -210,7 +212,7 @@ async fn may_run(call: &Call<'_>, hook: &HookDef, stage: HookStage) -> Verdict {
     let question = Question {
         permission: permission.clone(),
         patterns: vec![hook.guest.plugin.clone()],
-        metadata: json!({"hook": hook.guest.plugin, "tool": req.tool.id}),
+        metadata: Metadata::new(|| json!({"hook": hook.guest.plugin, "tool": req.tool.id})),
         stage: stage.audit(),
         subject: format!("hook:{}", hook.guest.plugin),
         plugin_hash: Some(hook.guest.hash.clone()),

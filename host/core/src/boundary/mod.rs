@@ -36,7 +36,7 @@ use warden_protocol::Action;
 
 pub use audit::{Decision, MAX_AUDIT_ROWS, Outcome, Stage, Trail};
 pub use failure::{CallFailure, HookStage};
-pub use gate::{Question, Rules, Verdict};
+pub use gate::{Metadata, Question, Rules, Verdict};
 
 use crate::ledger::{AuditEntry, Ledger};
 use crate::permission::Permissions;
@@ -146,8 +146,10 @@ pub async fn run_audited(env: &CallEnv, req: CallRequest) -> Report {
         trail,
         observer,
     };
-    let mut input = req.input.clone();
-    let outcome = match boundary(&call, &mut input).await {
+    let mut input = Arguments::new(req.input.clone());
+    let result = boundary(&call, &mut input).await;
+    let input = input.value;
+    let outcome = match result {
         Ok(output) => CallOutcome::Completed { input, output },
         Err(failure) => CallOutcome::Failed { input, failure },
     };
@@ -177,24 +179,42 @@ impl Call<'_> {
     }
 }
 
-async fn boundary(call: &Call<'_>, input: &mut Value) -> Result<ToolOutput, CallFailure> {
+/// A call's arguments as they stand, and their JSON text as guests receive
+/// it: encoded once from the checked value, and again only when a hook
+/// rewrites them. Guests never get the model's own text, nor a hook's: a
+/// text with a key twice could mean one path to the permission check
+/// (which reads the value) and another to a guest's JSON parser.
+pub(crate) struct Arguments {
+    pub value: Value,
+    pub text: String,
+}
+
+impl Arguments {
+    fn new(value: Value) -> Arguments {
+        let text = value.to_string();
+        Arguments { value, text }
+    }
+
+    /// Take rewritten arguments.
+    pub fn set(&mut self, value: Value) {
+        self.text = value.to_string();
+        self.value = value;
+    }
+}
+
+async fn boundary(call: &Call<'_>, input: &mut Arguments) -> Result<ToolOutput, CallFailure> {
     let tool = &call.req.tool;
     if call.req.repeats >= doom::THRESHOLD {
-        doom::check(call, input).await?;
+        doom::check(call, &input.value).await?;
     }
-    check_call(call, input).await?;
+    check_call(call, &input.value).await?;
     hooks::run_stage(call, HookStage::Before, input, None).await?;
 
     let started = Instant::now();
     let result = call
         .env
         .tools
-        .execute(
-            tool,
-            &call.req.ctx,
-            &input.to_string(),
-            call.observer.clone(),
-        )
+        .execute(tool, &call.req.ctx, &input.text, call.observer.clone())
         .await;
     let row = |outcome| {
         Row::new(Stage::Tool, tool.id.clone(), Decision::Ran, outcome)
@@ -270,7 +290,7 @@ async fn check_call(call: &Call<'_>, input: &Value) -> Result<(), CallFailure> {
     let question = Question {
         permission: tool.permission.clone(),
         patterns: vec![pattern.clone()],
-        metadata: json!({"tool": tool.id, "input": input}),
+        metadata: Metadata::new(|| json!({"tool": tool.id, "input": input})),
         stage: Stage::Permission,
         subject: tool.id.clone(),
         plugin_hash: None,

@@ -6,7 +6,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::audit::{Decision, Outcome, Row, Stage, Trail};
 use super::failure::CallFailure;
-use super::gate::{self, Gate, Question, Rules, Verdict};
+use super::gate::{self, Gate, Metadata, Question, Rules, Verdict};
 use super::{CallEnv, ProgressFn};
 use crate::tool::{CallContext, CallObserver, url};
 
@@ -88,7 +88,7 @@ impl CallObserver for Observer {
         let question = Question {
             permission: permission.clone(),
             patterns: patterns.clone(),
-            metadata,
+            metadata: Metadata::of(metadata),
             stage: Stage::Ask,
             subject: subject.clone(),
             plugin_hash: None,
