@@ -932,6 +932,128 @@ pub(crate) async fn parts_of_every_size_read_back_whole_through_rewrites(place: 
 }
 
 /// Run each named check on a fresh SQLite file and a fresh PostgreSQL database.
+/// Many sessions' steps at once (what group commit puts in one
+/// transaction): every good write lands whole, numbered per session from
+/// 1, and each bad one fails alone, leaving nothing: a write under a fence
+/// taken over, a header of a session that is gone, a part of another
+/// session's message.
+pub(crate) async fn steps_of_many_sessions_at_once_land_and_a_bad_one_fails_alone(place: Place) {
+    const SESSIONS: usize = 40;
+    let alive = || Arc::new(|_: &str| false);
+    let store = place.open().await;
+    let other = place.open().await;
+    let mut sessions = Vec::new();
+    for n in 0..SESSIONS {
+        let s = session(n as i64);
+        store.create_session(&s).await.unwrap();
+        let fence = store
+            .acquire_lease(&s.id, "a", 60_000, alive())
+            .await
+            .unwrap()
+            .unwrap();
+        let message = user(&s.id);
+        assert!(store.put_message(&message, Some(&fence)).await.unwrap());
+        sessions.push((s, fence, message));
+    }
+    // Session 3's lease changes hands: its holder's next write is refused.
+    let (lost, _, _) = &sessions[3];
+    store.release_lease(&lost.id, &sessions[3].1).await.unwrap();
+    other
+        .acquire_lease(&lost.id, "b", 60_000, alive())
+        .await
+        .unwrap()
+        .unwrap();
+    let gone = session(99);
+    let barrier = Arc::new(tokio::sync::Barrier::new(SESSIONS + 2));
+    let mut writers = Vec::new();
+    for (n, (s, fence, message)) in sessions.iter().cloned().enumerate() {
+        let (store, barrier) = (store.clone(), barrier.clone());
+        // Session 5's write names a part of session 6's message.
+        let stray = (n == 5).then(|| step_finish(&sessions[6].2));
+        writers.push(tokio::spawn(async move {
+            let pending = tool(&message);
+            let mut running = pending.clone();
+            if let PartBody::Tool { state, .. } = &mut running.body {
+                *state = state.start(json!({"n": n}), 9).unwrap();
+            }
+            let mut parts = vec![
+                PartChange {
+                    part: &pending,
+                    timeline: Some(TimelineRow::default()),
+                },
+                PartChange {
+                    part: &running,
+                    timeline: Some(TimelineRow::default()),
+                },
+            ];
+            if let Some(stray) = &stray {
+                parts.push(PartChange {
+                    part: stray,
+                    timeline: None,
+                });
+            }
+            let audit = [entry(&s.id, &format!("a{n}"))];
+            let marks = [(n as i64, PhaseKind::FirstToken)];
+            let write = StepWrite {
+                header: Some(&message),
+                parts: &parts,
+                audit: &audit,
+                marks: &marks,
+            };
+            barrier.wait().await;
+            store.write_step(&write, Some(&fence)).await
+        }));
+    }
+    let missing = {
+        let (store, barrier, gone) = (store.clone(), barrier.clone(), gone.clone());
+        tokio::spawn(async move {
+            barrier.wait().await;
+            store.put_message(&user(&gone.id), None).await
+        })
+    };
+    barrier.wait().await;
+    let mut results = Vec::new();
+    for w in writers {
+        results.push(w.await.unwrap());
+    }
+    assert!(
+        !missing.await.unwrap().unwrap(),
+        "a header of a missing session is not written"
+    );
+    for (n, ((s, _, _), result)) in sessions.iter().zip(results).enumerate() {
+        let events = store.part_events(&s.id).await.unwrap();
+        let trail = store.audit_trail(&s.id).await.unwrap();
+        let phases = store.phases(&s.id).await.unwrap();
+        let parts = store.messages(&s.id).await.unwrap()[0].parts.len();
+        match n {
+            3 => fenced(&s.id, result),
+            5 => assert!(
+                matches!(result, Err(LedgerError::Corrupt { .. })),
+                "{result:?}"
+            ),
+            _ => {
+                assert!(result.unwrap(), "session {n}'s step landed");
+                assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+                assert_eq!(
+                    trail
+                        .iter()
+                        .map(|e| (e.seq, e.decision.as_str()))
+                        .collect::<Vec<_>>(),
+                    [(1, format!("a{n}").as_str())]
+                );
+                assert_eq!(phases.len(), 1);
+                assert_eq!(parts, 1, "the call's row, once");
+                continue;
+            }
+        }
+        assert!(
+            events.is_empty() && trail.is_empty() && phases.is_empty() && parts == 0,
+            "session {n}'s refused write left nothing"
+        );
+    }
+    assert!(store.session(&gone.id).await.unwrap().is_none());
+}
+
 macro_rules! on_every_backend {
     ($($check:ident),* $(,)?) => {
         mod on_sqlite {
@@ -962,6 +1084,7 @@ on_every_backend!(
     a_step_is_written_whole_or_not_at_all,
     a_read_is_one_moment_while_another_store_writes,
     parts_of_every_size_read_back_whole_through_rewrites,
+    steps_of_many_sessions_at_once_land_and_a_bad_one_fails_alone,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

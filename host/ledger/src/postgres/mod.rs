@@ -16,6 +16,7 @@
 mod audit;
 mod error;
 mod export;
+mod group;
 mod lease;
 mod messages;
 pub mod outbox;
@@ -96,6 +97,8 @@ pub struct PgStore {
     pool: Pool,
     /// How to connect, for the relay's listening connection.
     config: tokio_postgres::Config,
+    /// The steps' writes, committed in groups.
+    steps: Arc<group::Group>,
 }
 
 impl PgStore {
@@ -149,7 +152,13 @@ impl PgStore {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| LedgerError::Storage(format!("cannot set up the pool for {name}: {e}")))?;
-        let store = PgStore { name, pool, config };
+        let steps = group::Group::new(pool.clone(), name.clone());
+        let store = PgStore {
+            name,
+            pool,
+            config,
+            steps,
+        };
         let mut client = store.client().await?;
         schema::migrate(&mut client, &store.name).await?;
         Ok(store)
@@ -305,12 +314,12 @@ impl Store for PgStore {
     }
 
     async fn put_message(&self, info: &MessageInfo, fence: Option<&Fence>) -> Result<bool> {
-        let body = messages::encode_message(info)?;
-        let mut c = self.client().await?;
-        let tx = Self::fenced(&mut c, info.session_id(), fence).await?;
-        let put = messages::put_message(&tx, info, &body).await?;
-        tx.commit().await?;
-        Ok(put)
+        // A step's header alone: committed with the other steps' writes.
+        let write = StepWrite {
+            header: Some(info),
+            ..StepWrite::default()
+        };
+        self.steps.write(&write, fence).await
     }
 
     async fn put_part(
@@ -385,8 +394,7 @@ impl Store for PgStore {
                 None => Ok(true),
             };
         }
-        let mut c = self.client().await?;
-        step::write(&mut c, write, fence).await
+        self.steps.write(write, fence).await
     }
 
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
