@@ -42,10 +42,13 @@ pub const WRITERS: usize = 4;
 /// the first 64 of a transaction's subtransactions in shared memory.
 pub const GROUP_MOST: usize = 48;
 
+/// A timeline row, owned: the arguments a call started with, and when.
+type Row = (Option<serde_json::Value>, Option<Millis>);
+
 /// A step's write, owned, so a writer task can run it.
 struct Job {
     header: Option<MessageInfo>,
-    parts: Vec<(Part, Option<(Option<serde_json::Value>, Option<Millis>)>)>,
+    parts: Vec<(Part, Option<Row>)>,
     audit: Vec<AuditEntry>,
     marks: Vec<(Millis, PhaseKind)>,
     fence: Option<Fence>,

@@ -164,6 +164,12 @@ impl PgStore {
         Ok(store)
     }
 
+    /// How many of the steps' writes committed in a transaction shared
+    /// with others (group commit), and in how many transactions.
+    pub fn grouped(&self) -> (u64, u64) {
+        self.steps.shared()
+    }
+
     async fn client(&self) -> Result<PgClient> {
         self.pool.get().await.map_err(|e| {
             LedgerError::Unavailable(format!(
