@@ -198,13 +198,31 @@ async fn run_all(args: &Args, work: &Path) -> Result<Vec<Row>> {
         let ns: &[usize] = if q {
             &[1, 10, 100]
         } else {
-            &[1, 10, 100, 1000]
+            &[1, 10, 100, 1000, 5000]
         };
-        rows.extend(p4::measure(work, ns).await?);
+        rows.extend(
+            p4::measure(work, ns, p4::Backend::Sqlite, &Vec::new())
+                .await?
+                .0,
+        );
     }
     if want("pg") {
         eprintln!("bench: the PostgreSQL ledger (a throwaway cluster on loopback)…");
         rows.extend(pg::measure(work, &pg::Sizes::new(q)).await?);
+        eprintln!("bench: P4 on the PostgreSQL ledger…");
+        let (ns, base): (&[usize], &[usize]) = if q {
+            (&[1, 100], &[100])
+        } else {
+            (&[1, 100, 1000, 5000], &[1000])
+        };
+        let (alone, rates) =
+            p4::measure(work, base, p4::Backend::PostgresAlone, &Vec::new()).await?;
+        rows.extend(alone);
+        rows.extend(
+            p4::measure(work, ns, p4::Backend::Postgres, &rates)
+                .await?
+                .0,
+        );
     }
     if want("ingest") {
         eprintln!("bench: streaming ingest…");

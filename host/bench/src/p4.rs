@@ -2,7 +2,9 @@
 //! the hook before, the tool and the hook after. Each call is timed from the
 //! model's tool call leaving the provider stream to its completed part on the
 //! bus (the whole boundary, the ledger's lock included); the tool guest alone
-//! is a second row. Then the heap an idle session keeps.
+//! is a second row. The same on a PostgreSQL ledger (the throwaway cluster
+//! of the `pg` part), with how many of its writes group commit put in a
+//! transaction shared with others. Then the heap an idle session keeps.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -10,10 +12,11 @@ use std::time::Duration;
 
 use anyhow::Result;
 use serde_json::json;
+use warden_core::ledger::postgres::PgStore;
 use warden_core::tool::{
     CallContext, CallObserver, GuestError, Registry, ToolDef, ToolOutput, ToolSource,
 };
-use warden_core::{Core, PromptInput};
+use warden_core::{Bus, Core, Ledger, PromptInput};
 use warden_llm::Models;
 use warden_protocol::ModelRef;
 use warden_runtime::WasmHost;
@@ -78,7 +81,37 @@ async fn batch(core: &Core, n: usize, project: &Path, model: &ModelRef) -> Resul
     Ok(took)
 }
 
-pub async fn measure(work: &Path, ns: &[usize]) -> Result<Vec<Row>> {
+/// The ledger P4 runs on.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+    /// PostgreSQL with group commit off: each step's write a transaction
+    /// of its own (the baseline group commit is measured against).
+    PostgresAlone,
+}
+
+impl Backend {
+    fn group(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "P4",
+            Backend::Postgres => "P4 on PostgreSQL",
+            Backend::PostgresAlone => "P4 on PostgreSQL, group commit off",
+        }
+    }
+}
+
+/// Calls per second at each N.
+pub type Rates = Vec<(usize, f64)>;
+
+/// The rows of `backend` at each N in `ns`, and its calls per second; a
+/// row at an N that `baseline` has is also set against that rate.
+pub async fn measure(
+    work: &Path,
+    ns: &[usize],
+    backend: Backend,
+    baseline: &Rates,
+) -> Result<(Vec<Row>, Rates)> {
     let project = work.join("p4");
     std::fs::create_dir_all(&project)?;
     let cassette = work.join("p4.json");
@@ -88,6 +121,7 @@ pub async fn measure(work: &Path, ns: &[usize]) -> Result<Vec<Row>> {
         model: cassette.display().to_string(),
     };
     let mut rows = Vec::new();
+    let mut rates = Rates::new();
     let mut single = 0.0;
     for &n in ns {
         let config = common::guest_config(true)?;
@@ -96,9 +130,19 @@ pub async fn measure(work: &Path, ns: &[usize]) -> Result<Vec<Row>> {
             samples: Mutex::new(Vec::new()),
         });
         let models = Models::new();
-        let core = common::core_on(
-            work,
-            &format!("p4-{n}"),
+        let (ledger, pg) = match backend {
+            Backend::Sqlite => (
+                Ledger::open(&work.join(format!("p4-{n}.db")), Bus::new())?,
+                None,
+            ),
+            Backend::Postgres | Backend::PostgresAlone => {
+                let store = Arc::new(PgStore::open(&crate::pg::database().await?).await?);
+                store.set_group_commit(backend == Backend::Postgres);
+                (Ledger::new(store.clone(), Bus::new()), Some(store))
+            }
+        };
+        let core = common::core_with(
+            ledger,
             Registry::default()
                 .with_source(timed_host.clone())
                 .with_hooks(timed_host.inner.clone()),
@@ -123,17 +167,19 @@ pub async fn measure(work: &Path, ns: &[usize]) -> Result<Vec<Row>> {
             single = s.median_us;
         }
         let calls = batches * n * CALLS;
+        let rate = calls as f64 / took.as_secs_f64();
+        rates.push((n, rate));
         let label = if batches > 1 {
             format!("{n} sessions at once, {CALLS} calls each ({batches} batches)")
         } else {
             format!("{n} sessions at once, {CALLS} calls each")
         };
         let mut r = row(
-            "P4",
+            backend.group(),
             format!("{label}: tool call → completed part on the bus, hooks included"),
             format!(
                 "{:.0} calls/s · {}",
-                calls as f64 / took.as_secs_f64(),
+                rate,
                 summary_value(&s)
             ),
         )
@@ -146,19 +192,36 @@ pub async fn measure(work: &Path, ns: &[usize]) -> Result<Vec<Row>> {
                     fmt_us(5.0 * single)
                 ),
                 s.p99_us / (5.0 * single),
-                (n == 1000).then_some(1.0),
+                (n == 1000 && backend == Backend::Sqlite).then_some(1.0),
             );
         }
+        let mut notes = Vec::new();
+        if let Some(store) = pg.as_ref().filter(|_| backend == Backend::Postgres) {
+            let (shared, groups) = store.grouped();
+            notes.push(format!(
+                "group commit: {shared} of the steps' writes committed in {groups} shared transactions ({:.1} a transaction)",
+                shared as f64 / groups.max(1) as f64
+            ));
+        }
+        if let Some((_, base)) = baseline.iter().find(|(b, _)| *b == n) {
+            notes.push(format!(
+                "{:.2}× the calls/s with group commit off at {n} sessions ({base:.0} calls/s, same run)",
+                rate / base
+            ));
+        }
         if lagged > 0 || s.samples < calls {
-            r = r.note(format!(
+            notes.push(format!(
                 "{} of {calls} calls timed (the subscriber missed {lagged} events)",
                 s.samples
             ));
         }
+        if !notes.is_empty() {
+            r = r.note(notes.join("; "));
+        }
         rows.push(r);
         rows.push(
             row(
-                "P4",
+                backend.group(),
                 format!("{label}: the tool guest alone (WasmHost::execute)"),
                 summary_value(&guest),
             )
@@ -166,11 +229,19 @@ pub async fn measure(work: &Path, ns: &[usize]) -> Result<Vec<Row>> {
         );
     }
 
+    if backend != Backend::Sqlite {
+        return Ok((rows, rates));
+    }
     // The heap an idle session keeps: live bytes (counting allocator) after
     // a batch of sessions has run to idle, against before it, on a core with
     // no timing attached. A first batch fills the bus's ring buffer and the
     // caches, so the second one's growth is what its sessions hold.
-    let n = *ns.last().unwrap_or(&100);
+    let n = ns
+        .iter()
+        .copied()
+        .filter(|&n| n <= 1000)
+        .max()
+        .unwrap_or(100);
     let config = common::guest_config(true)?;
     let host = common::host(work, &config).await?;
     let core = common::core_on(work, "p4-idle", Registry::of(host), config, Models::new())?;
@@ -193,5 +264,5 @@ pub async fn measure(work: &Path, ns: &[usize]) -> Result<Vec<Row>> {
         .note("bytes live on the heap (a counting allocator) after the batch minus before it, over the sessions; SQLite's page cache is outside this heap")
         .data(json!({"live_before": before, "live_after": after, "sessions": n})),
     );
-    Ok(rows)
+    Ok((rows, rates))
 }

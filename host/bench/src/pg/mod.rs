@@ -62,7 +62,7 @@ impl Sizes {
 
 /// A fresh database on this process's throwaway cluster (started on first
 /// use), or why there is none.
-async fn database() -> Result<String> {
+pub(crate) async fn database() -> Result<String> {
     tokio::task::spawn_blocking(warden_pg_harness::try_database)
         .await
         .context("starting the throwaway PostgreSQL cluster")?

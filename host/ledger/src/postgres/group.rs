@@ -22,7 +22,7 @@
 //! is never queued while another of its own is in flight.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use deadpool_postgres::Pool;
@@ -81,6 +81,9 @@ pub struct Group {
     /// transactions.
     shared: AtomicU64,
     groups: AtomicU64,
+    /// Off: each write is a transaction of its own on a connection of the
+    /// pool, as before group commit (for a comparison in the same run).
+    off: AtomicBool,
 }
 
 #[derive(Default)]
@@ -97,7 +100,13 @@ impl Group {
             state: Mutex::new(Queue::default()),
             shared: AtomicU64::new(0),
             groups: AtomicU64::new(0),
+            off: AtomicBool::new(false),
         })
+    }
+
+    /// Commit each write alone (`false`), or in groups (the default).
+    pub fn set_grouping(&self, on: bool) {
+        self.off.store(!on, Ordering::Relaxed);
     }
 
     /// How many writes were committed in a shared transaction, and in how
@@ -134,6 +143,18 @@ impl Group {
             encoded,
             answer,
         };
+        if self.off.load(Ordering::Relaxed) {
+            let mut client = self.pool.get().await.map_err(|e| {
+                LedgerError::Unavailable(format!(
+                    "the PostgreSQL server of {} cannot be reached ({e})",
+                    self.name
+                ))
+            })?;
+            alone(&mut client, job).await;
+            return answered.await.unwrap_or_else(|_| {
+                Err(LedgerError::Storage("the write was not answered".into()))
+            });
+        }
         let start = {
             let mut q = self.lock();
             q.jobs.push_back(job);

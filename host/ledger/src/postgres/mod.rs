@@ -170,6 +170,13 @@ impl PgStore {
         self.steps.shared()
     }
 
+    /// Switch group commit off (each step's write a transaction of its own,
+    /// on a connection of the pool) or back on: for measuring one against
+    /// the other in the same run.
+    pub fn set_group_commit(&self, on: bool) {
+        self.steps.set_grouping(on);
+    }
+
     async fn client(&self) -> Result<PgClient> {
         self.pool.get().await.map_err(|e| {
             LedgerError::Unavailable(format!(
