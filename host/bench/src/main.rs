@@ -177,7 +177,9 @@ async fn run_all(args: &Args, work: &Path) -> Result<Vec<Row>> {
     if want("p2") {
         eprintln!("bench: P2 (loop speed, ledger size, loopback OpenAI)…");
         rows.extend(p2::loop_speed(work, if q { 200 } else { 1000 }).await?);
-        rows.extend(p2::by_length(work, if q { 1000 } else { 10_000 }).await?);
+        let long = if q { 1000 } else { 10_000 };
+        rows.extend(p2::by_length(work, long, p2::Model::Scripted).await?);
+        rows.extend(p2::by_length(work, long, p2::Model::Loopback).await?);
     }
     if let Some(warden) = &warden {
         if want("rss") {

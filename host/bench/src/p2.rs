@@ -225,25 +225,59 @@ fn bytes_row(
     .data(json!({"payload_bytes": payload, "ledger_bytes": long.db_bytes, "tool_bytes": long.tool_bytes, "steps": steps, "short_ledger_bytes": short.db_bytes, "short_tool_bytes": short.tool_bytes, "short_steps": short_steps, "whole_file_per_step": whole}))
 }
 
-/// How a step's cost grows with the session's length: one scripted session
-/// of `steps` single-call steps, each step timed from its assistant
-/// message's creation to the next one's (the ledger's clock, in
-/// milliseconds, so read as the mean over a window of steps).
-pub async fn by_length(work: &Path, steps: usize) -> Result<Vec<Row>> {
-    let project = work.join("p2len");
+/// The model a [`by_length`] session talks to.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Model {
+    /// The scripted provider: no network, the model answers at once.
+    Scripted,
+    /// The OpenAI Chat Completions adapter against the loopback mock: each
+    /// request carries the whole conversation (the protocol is stateless).
+    Loopback,
+}
+
+/// How a step's cost grows with the session's length: one session of
+/// `steps` single-call steps, each step timed from its assistant message's
+/// creation to the next one's (the ledger's clock, in milliseconds, so read
+/// as the mean over a window of steps).
+pub async fn by_length(work: &Path, steps: usize, model: Model) -> Result<Vec<Row>> {
+    let name = match model {
+        Model::Scripted => "p2len",
+        Model::Loopback => "p2lenhttp",
+    };
+    let project = work.join(name);
     std::fs::create_dir_all(&project)?;
-    let cassette_path = work.join("p2len.json");
-    common::cassette(&cassette_path, steps, 64)?;
-    let config = common::guest_config(false)?;
+    let mut config = common::guest_config(false)?;
+    let (models, model_ref, mock) = match model {
+        Model::Scripted => {
+            let cassette_path = work.join(format!("{name}.json"));
+            common::cassette(&cassette_path, steps, 64)?;
+            (Models::new(), common::scripted_model(&cassette_path), None)
+        }
+        Model::Loopback => {
+            let mock = crate::mock::start(steps, "echo", r#"{"n": {n}}"#, Instant::now()).await;
+            config.provider = serde_json::from_value(
+                json!({"bench": {"api": "openai-chat", "base_url": format!("http://127.0.0.1:{}/v1", mock.port)}}),
+            )?;
+            let model_ref = ModelRef {
+                provider: "bench".into(),
+                model: "m".into(),
+            };
+            (
+                Models::from_providers(&config.provider),
+                model_ref,
+                Some(mock),
+            )
+        }
+    };
     let host = common::host(work, &config).await?;
-    let core = common::core_on(work, "p2len", Registry::of(host), config, Models::new())?;
+    let core = common::core_on(work, name, Registry::of(host), config, models)?;
     common::drain_bus(core.bus());
     let session = core.create_session(&project, "p2 length").await?;
     let answer = core
         .prompt(PromptInput {
             session_id: session.id.clone(),
             text: "go".into(),
-            model: Some(common::scripted_model(&cassette_path)),
+            model: Some(model_ref),
             ..PromptInput::default()
         })
         .await?;
@@ -269,10 +303,14 @@ pub async fn by_length(work: &Path, steps: usize) -> Result<Vec<Row>> {
     let first = mean_ms(at[0]);
     for from in at {
         let Some(ms) = mean_ms(from) else { continue };
+        let which = match model {
+            Model::Scripted => "scripted step",
+            Model::Loopback => "loopback OpenAI Chat Completions step",
+        };
         let mut r = row(
             "P2",
             format!(
-                "scripted step at step {from} of a {steps}-step session (`echo`, 64 B): the mean over steps {from} to {}",
+                "{which} at step {from} of a {steps}-step session (`echo`, 64 B): the mean over steps {from} to {}",
                 from + WINDOW
             ),
             fmt_us(ms * 1000.0),
@@ -286,8 +324,16 @@ pub async fn by_length(work: &Path, steps: usize) -> Result<Vec<Row>> {
                 Some(1.1),
             );
         }
+        let note = match &mock {
+            None => "from one assistant message's creation to the next's (the ledger's millisecond clock, so a mean over the window): the whole step, the history read and the conversation built included".to_string(),
+            Some(mock) => format!(
+                "as the scripted rows; each request carries the whole conversation, so its body grows with the session ({:.1} MB sent over the {steps} steps, {:.0} KB a request on average)",
+                mock.bytes.load(Ordering::SeqCst) as f64 / 1e6,
+                mock.bytes.load(Ordering::SeqCst) as f64 / 1e3 / mock.requests.load(Ordering::SeqCst).max(1) as f64
+            ),
+        };
         rows.push(
-            r.note("from one assistant message's creation to the next's (the ledger's millisecond clock, so a mean over the window): the whole step, the history read and the conversation built included")
+            r.note(note)
                 .data(json!({"from": from, "window": WINDOW, "mean_ms": ms, "steps": steps})),
         );
     }
