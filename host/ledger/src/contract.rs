@@ -65,7 +65,7 @@ fn session(n: i64) -> SessionInfo {
     )
 }
 
-fn user(session: &SessionId) -> MessageInfo {
+pub(crate) fn user(session: &SessionId) -> MessageInfo {
     MessageInfo::User(UserInfo {
         id: MessageId(id::ascending("msg")),
         session_id: session.clone(),
@@ -99,6 +99,25 @@ fn tool(message: &MessageInfo) -> Part {
             ignored: false,
         },
     )
+}
+
+/// A call that started: pending, then running with `input`, each with its
+/// timeline row when written together.
+fn started(message: &MessageInfo, input: serde_json::Value) -> (Part, Part) {
+    let pending = tool(message);
+    let mut running = pending.clone();
+    if let PartBody::Tool { state, .. } = &mut running.body {
+        *state = state.start(input, 9).unwrap();
+    }
+    (pending, running)
+}
+
+/// Both states of a [`started`] call, for one write.
+fn both<'a>(pending: &'a Part, running: &'a Part) -> [PartChange<'a>; 2] {
+    [pending, running].map(|part| PartChange {
+        part,
+        timeline: Some(TimelineRow::default()),
+    })
 }
 
 /// A finished text of `n` bytes.
@@ -457,21 +476,8 @@ pub(crate) async fn a_step_is_written_whole_or_not_at_all(place: Place) {
     // A call's pending and running states in one write (no header): both
     // timeline rows, in order, and the row holds the last; a part of
     // another session in the same write refuses it all, audit rows too.
-    let pending = tool(&after);
-    let mut running = pending.clone();
-    if let PartBody::Tool { state, .. } = &mut running.body {
-        *state = state.start(json!({"filePath": "a"}), 9).unwrap();
-    }
-    let call = [
-        PartChange {
-            part: &pending,
-            timeline: Some(TimelineRow::default()),
-        },
-        PartChange {
-            part: &running,
-            timeline: Some(TimelineRow::default()),
-        },
-    ];
+    let (pending, running) = started(&after, json!({"filePath": "a"}));
+    let call = both(&pending, &running);
     let stray = step_finish(&theirs);
     let mut with_stray = call.to_vec();
     with_stray.push(PartChange {
@@ -971,21 +977,8 @@ pub(crate) async fn steps_of_many_sessions_at_once_land_and_a_bad_one_fails_alon
         // Session 5's write names a part of session 6's message.
         let stray = (n == 5).then(|| step_finish(&sessions[6].2));
         writers.push(tokio::spawn(async move {
-            let pending = tool(&message);
-            let mut running = pending.clone();
-            if let PartBody::Tool { state, .. } = &mut running.body {
-                *state = state.start(json!({"n": n}), 9).unwrap();
-            }
-            let mut parts = vec![
-                PartChange {
-                    part: &pending,
-                    timeline: Some(TimelineRow::default()),
-                },
-                PartChange {
-                    part: &running,
-                    timeline: Some(TimelineRow::default()),
-                },
-            ];
+            let (pending, running) = started(&message, json!({"n": n}));
+            let mut parts = both(&pending, &running).to_vec();
             if let Some(stray) = &stray {
                 parts.push(PartChange {
                     part: stray,

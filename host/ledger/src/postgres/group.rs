@@ -30,7 +30,7 @@ use tokio::sync::oneshot;
 use warden_protocol::{MessageInfo, Millis, Part};
 
 use super::step::{self, Encoded};
-use super::{LedgerError, PgClient, Result, begin};
+use super::{LedgerError, PgClient, Result, Transaction, begin};
 use crate::AuditEntry;
 use crate::phase::PhaseKind;
 use crate::store::{Fence, PartChange, StepWrite, TimelineRow};
@@ -57,9 +57,10 @@ struct Job {
 }
 
 impl Job {
-    /// The write's parts as [`step::run_in`] takes them.
-    fn changes(&self) -> Vec<PartChange<'_>> {
-        self.parts
+    /// Run this write's statements in `tx` (see [`step::run_in`]).
+    async fn run_in(&self, tx: &Transaction<'_>, first: Option<&str>) -> Result<bool> {
+        let changes: Vec<PartChange<'_>> = self
+            .parts
             .iter()
             .map(|(part, row)| PartChange {
                 part,
@@ -68,7 +69,14 @@ impl Job {
                     at: *at,
                 }),
             })
-            .collect()
+            .collect();
+        let write = StepWrite {
+            header: self.header.as_ref(),
+            parts: &changes,
+            audit: &self.audit,
+            marks: &self.marks,
+        };
+        step::run_in(tx, &write, &self.encoded, self.fence.as_ref(), first).await
     }
 }
 
@@ -224,23 +232,15 @@ impl Group {
 
 /// Run one write in a transaction of its own and answer it.
 async fn alone(client: &mut PgClient, job: Job) {
-    let changes = job.changes();
-    let write = StepWrite {
-        header: job.header.as_ref(),
-        parts: &changes,
-        audit: &job.audit,
-        marks: &job.marks,
-    };
     let done = async {
         let tx = begin(client).await?;
-        if !step::run_in(&tx, &write, &job.encoded, job.fence.as_ref(), None).await? {
+        if !job.run_in(&tx, None).await? {
             return Ok(false);
         }
         tx.commit().await?;
         Ok(true)
     }
     .await;
-    drop(changes);
     let _ = job.answer.send(done);
 }
 
@@ -255,22 +255,7 @@ async fn together(client: &mut PgClient, group: Vec<Job>) -> u64 {
         let tx = begin(client).await?;
         for (i, job) in rest.by_ref().enumerate() {
             let savepoint = format!("SAVEPOINT w{i}");
-            let changes = job.changes();
-            let write = StepWrite {
-                header: job.header.as_ref(),
-                parts: &changes,
-                audit: &job.audit,
-                marks: &job.marks,
-            };
-            let result = step::run_in(
-                &tx,
-                &write,
-                &job.encoded,
-                job.fence.as_ref(),
-                Some(&savepoint),
-            )
-            .await;
-            drop(changes);
+            let result = job.run_in(&tx, Some(&savepoint)).await;
             match result {
                 Ok(true) => ran.push((job, true)),
                 Ok(false) => {
@@ -316,26 +301,19 @@ async fn together(client: &mut PgClient, group: Vec<Job>) -> u64 {
 mod tests {
     use std::sync::Arc;
 
-    use warden_protocol::{
-        MessageId, MessageInfo, MessageTime, ModelRef, SessionId, SessionInfo, SessionTime,
-        UserInfo,
-    };
+    use warden_protocol::{MessageInfo, SessionId, SessionInfo, SessionTime};
 
     use super::super::PgStore;
     use crate::id;
     use crate::store::Store;
 
-    fn header(session: &SessionId, agent: &str) -> MessageInfo {
-        MessageInfo::User(UserInfo {
-            id: MessageId(format!("msg_{session}")),
-            session_id: session.clone(),
-            time: MessageTime::at(1),
-            agent: agent.into(),
-            model: ModelRef {
-                provider: "scripted".into(),
-                model: "x".into(),
-            },
-        })
+    /// The session's one message, as of `agent`.
+    fn header(first: &MessageInfo, agent: &str) -> MessageInfo {
+        let MessageInfo::User(mut u) = first.clone() else {
+            unreachable!("a user message")
+        };
+        u.agent = agent.into();
+        MessageInfo::User(u)
     }
 
     /// Writes that arrive together share transactions, and each reads back
@@ -357,29 +335,28 @@ mod tests {
                 },
             );
             store.create_session(&s).await.unwrap();
-            sessions.push(s.id);
+            sessions.push((s.id.clone(), crate::contract::user(&s.id)));
         }
         for wave in 0..5 {
             let barrier = Arc::new(tokio::sync::Barrier::new(sessions.len()));
             let writers: Vec<_> = sessions
                 .iter()
-                .map(|id| {
-                    let (store, barrier, id) = (store.clone(), barrier.clone(), id.clone());
+                .map(|(_, first)| {
+                    let (store, barrier) = (store.clone(), barrier.clone());
+                    let info = header(first, &format!("wave{wave}"));
                     tokio::spawn(async move {
                         barrier.wait().await;
-                        store
-                            .put_message(&header(&id, &format!("wave{wave}")), None)
-                            .await
+                        store.put_message(&info, None).await
                     })
                 })
                 .collect();
             for w in writers {
                 assert!(w.await.unwrap().unwrap());
             }
-            for id in &sessions {
+            for (id, first) in &sessions {
                 let read = store.messages(id).await.unwrap();
                 assert_eq!(read.len(), 1);
-                assert_eq!(read[0].info, header(id, &format!("wave{wave}")));
+                assert_eq!(read[0].info, header(first, &format!("wave{wave}")));
             }
             if store.steps.shared().0 > 0 {
                 let (shared, groups) = store.steps.shared();
