@@ -56,6 +56,19 @@ fn new_project(env: &Env, name: &str, lang: &str, hook: bool) -> PathBuf {
     let wasm = project.join("build").join(format!("{name}.wasm"));
     assert_eq!(said.trim(), format!("built ./build/{name}.wasm"));
     assert!(wasm.exists(), "no component at {}", wasm.display());
+    if !hook {
+        // The folder named from its parent, relatively, and absolutely from
+        // elsewhere: the same component, said as it was spelled.
+        std::fs::remove_file(&wasm).unwrap();
+        let said = author(env, &home, &["plugin", "build", name]);
+        assert_eq!(said.trim(), format!("built {name}/build/{name}.wasm"));
+        assert!(wasm.exists(), "no component at {}", wasm.display());
+        std::fs::remove_file(&wasm).unwrap();
+        let absolute = project.to_str().unwrap();
+        let said = author(env, env.root.path(), &["plugin", "build", absolute]);
+        assert_eq!(said.trim(), format!("built {}", wasm.display()));
+        assert!(wasm.exists(), "no component at {}", wasm.display());
+    }
     project
 }
 

@@ -224,15 +224,28 @@ pub fn create(dir: &Path, name: &str, lang: Lang, kind: Kind) -> Result<()> {
 pub fn build(args: BuildArgs, data_dir: &Path) -> Result<ExitCode> {
     let dir = args.dir.unwrap_or_else(|| PathBuf::from("."));
     let out = build_dir(&dir, data_dir)?;
-    say!("built {}", out.display());
+    // Said as the author spelled the folder.
+    let shown = std::path::absolute(&dir)
+        .ok()
+        .and_then(|abs| out.strip_prefix(abs).ok().map(|rest| dir.join(rest)))
+        .unwrap_or(out);
+    say!("built {}", shown.display());
     Ok(ExitCode::SUCCESS)
 }
 
 /// Build the project in `dir`; the component's path.
+///
+/// The build tools run in the project's folder, so every path handed to
+/// them is absolute: a relative `dir` (or data dir) would otherwise be read
+/// again from inside the project.
 pub fn build_dir(dir: &Path, data_dir: &Path) -> Result<PathBuf> {
-    let project = Project::load(dir)?;
-    let out = project.component(dir);
-    builder::build(&project, dir, &out, &toolchain::root(data_dir))?;
+    let absolute = |p: &Path| {
+        std::path::absolute(p).with_context(|| format!("cannot resolve the path {}", p.display()))
+    };
+    let (dir, data_dir) = (absolute(dir)?, absolute(data_dir)?);
+    let project = Project::load(&dir)?;
+    let out = project.component(&dir);
+    builder::build(&project, &dir, &out, &toolchain::root(&data_dir))?;
     Ok(out)
 }
 
