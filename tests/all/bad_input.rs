@@ -190,3 +190,57 @@ async fn a_provider_error_ends_the_run_with_its_message_and_keeps_the_prompt() {
     let msgs = env.ledger().messages(&run.session()).await.unwrap();
     assert_eq!(msgs[0].text(), "hello", "the prompt is kept");
 }
+
+/// A file that is not a component is refused before anything is installed,
+/// saying what it is and what to do: a core module (an Extism plugin, a
+/// wasip1 build) and a file that is not WebAssembly at all.
+#[test]
+fn plugin_add_of_a_core_module_or_of_not_wasm_says_what_it_is_and_what_to_do() {
+    let env = Env::new();
+    let cases: [(&str, &[u8], &[&str]); 2] = [
+        (
+            "core.wasm",
+            b"\0asm\x01\0\0\0",
+            &[
+                "core WebAssembly module, not a component",
+                "wasm32-wasip2",
+                "Extism",
+            ],
+        ),
+        (
+            "script.wasm",
+            b"#!/bin/sh\necho hi\n",
+            &["not WebAssembly", "warden plugin build"],
+        ),
+    ];
+    for (name, bytes, said) in cases {
+        let path = env.file(name, bytes);
+        let run = Run::from(
+            env.warden(&["plugin", "add", path.to_str().unwrap(), "-y"])
+                .output()
+                .unwrap(),
+        );
+        no_panic(&run);
+        assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+        for s in said {
+            assert!(
+                run.stderr.contains(s),
+                "{name}: {s:?} not in {}",
+                run.stderr
+            );
+        }
+        let listed = Run::from(env.warden(&["plugin", "list"]).output().unwrap());
+        assert!(listed.status.success(), "{}", listed.stderr);
+        assert!(
+            listed.stdout.contains("read (built-in)"),
+            "{}",
+            listed.stdout
+        );
+        let stem = name.trim_end_matches(".wasm");
+        assert!(
+            !listed.stdout.contains(stem),
+            "{name} was installed: {}",
+            listed.stdout
+        );
+    }
+}

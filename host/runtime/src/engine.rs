@@ -131,6 +131,9 @@ impl Sandbox {
                 }
             }
         }
+        if let Some(why) = not_a_component(bytes) {
+            return Err(RuntimeError::Compile(why));
+        }
         let component = Component::new(&self.engine, bytes)
             .map_err(|e| RuntimeError::Compile(format!("{e:#}")))?;
         self.stats.compiled.fetch_add(1, Ordering::Relaxed);
@@ -143,7 +146,58 @@ impl Sandbox {
     }
 }
 
+/// Why `bytes` cannot be a component, with what to do, when its header says
+/// so before any parsing: not WebAssembly at all, or a core module (an
+/// Extism plugin, a `wasm32-wasip1` or `wasm32-unknown-unknown` build).
+pub fn not_a_component(bytes: &[u8]) -> Option<String> {
+    const MAGIC: &[u8] = b"\0asm";
+    const CORE: [u8; 4] = [1, 0, 0, 0];
+    if bytes.len() < 8 || &bytes[..4] != MAGIC {
+        return Some(
+            "the file is not WebAssembly (it does not begin with the `\\0asm` magic); \
+             give warden a component built with `warden plugin build` (or for the wasm32-wasip2 target)"
+                .into(),
+        );
+    }
+    if bytes[4..8] == CORE {
+        return Some(
+            "the file is a core WebAssembly module, not a component: warden runs components \
+             (the WebAssembly component model, WASI 0.2) that implement its tool-plugin or \
+             hook-plugin world. A Rust crate builds one for the wasm32-wasip2 target \
+             (`warden plugin new` makes such a project, `warden plugin build` builds it); a \
+             wasm32-wasip1 module can be wrapped with `wasm-tools component new MODULE --adapt \
+             wasi_snapshot_preview1.reactor.wasm`, but it still has to export warden's world. \
+             Extism plugins are core modules written for Extism's host functions and do not run here \
+             as they are"
+                .into(),
+        );
+    }
+    None
+}
+
 /// sha256 of a component, as lowercase hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::not_a_component;
+
+    #[test]
+    fn a_core_module_and_a_file_that_is_not_wasm_are_told_apart_from_a_component() {
+        // The smallest core module, and a component's preamble.
+        let core = b"\0asm\x01\0\0\0";
+        let component = b"\0asm\x0d\0\x01\0";
+        let why = not_a_component(core).unwrap();
+        assert!(
+            why.contains("core WebAssembly module") && why.contains("wasm32-wasip2"),
+            "{why}"
+        );
+        assert!(why.contains("Extism"), "{why}");
+        let why = not_a_component(b"#!/bin/sh\necho hi\n").unwrap();
+        assert!(why.contains("not WebAssembly"), "{why}");
+        assert!(not_a_component(b"\0as").is_some());
+        assert_eq!(not_a_component(component), None);
+    }
 }
