@@ -238,6 +238,31 @@ async fn tool_path(lang: &str) {
         "the error names the file: {}",
         results[1].2
     );
+
+    // The template's tool is a permission of its own name: an operator's
+    // rule naming it holds, with its `path` argument as the pattern.
+    env.file("docs/keys.secret", "k\n");
+    env.config(json!({"permission": {"*": "allow", &name: {"*.secret": "deny"}}}));
+    let (results, _, _) = session(
+        &env,
+        &[
+            ("e1", &name, json!({"path": "docs/guide.txt"})),
+            ("e2", &name, json!({"path": "docs/keys.secret"})),
+        ],
+        &[],
+    )
+    .await;
+    assert!(!results[0].1, "{results:?}");
+    assert!(
+        results[1].1,
+        "the rule naming the tool denies it: {results:?}"
+    );
+    assert_eq!(
+        results[1].2,
+        format!(
+            "permission denied: `{name}` on `docs/keys.secret` is denied by the rule `{name} *.secret deny`; the call did not run"
+        )
+    );
 }
 
 /// What the model is shown when the tool meets an empty file.

@@ -186,13 +186,15 @@ pub fn create(dir: &Path, name: &str, lang: Lang, kind: Kind) -> Result<()> {
         Kind::Tool => "",
         Kind::Hook => ", default-features = false, features = [\"hook\"]",
     };
-    // The example tool reads the file named by its `path` argument, so the
-    // rules see it as a `read` of that path (`read: {"*.env": "deny"}` holds).
+    // The example tool is a permission of its own name, so an operator's
+    // rule naming it holds (`"wc": "deny"`, `"wc": {"*.env": "deny"}`: its
+    // `path` argument is the pattern). Mapping it to `read` instead makes
+    // the operator's `read` rules apply to it.
     let tools = match kind {
         Kind::Tool => BTreeMap::from([(
             name.to_string(),
             ToolSettings {
-                permission: Some("read".into()),
+                permission: Some(name.to_string()),
                 path_arg: Some("path".into()),
                 url_arg: None,
             },
