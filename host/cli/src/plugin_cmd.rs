@@ -1,5 +1,6 @@
-//! `warden plugin list|inspect|verify|add|new|build`: what each plugin provides, its
-//! hash, and what it was granted.
+//! `warden plugin list|inspect|verify|add|remove|disable|enable|new|build`:
+//! what each plugin provides, its hash, and what it was granted; installing
+//! one, switching it off and on, removing it.
 
 use std::process::ExitCode;
 
@@ -36,6 +37,12 @@ pub enum PluginCommand {
     New(crate::author::NewArgs),
     /// Build a plugin project to a component, installing its toolchain when missing.
     Build(crate::author::BuildArgs),
+    /// Delete an installed plugin (its component and its grants).
+    Remove { name: String },
+    /// Switch an installed plugin off, hooks included: kept with its grants, loaded by no session until `enable`.
+    Disable { name: String },
+    /// Switch a disabled plugin back on.
+    Enable { name: String },
 }
 
 #[derive(clap::Args)]
@@ -204,6 +211,7 @@ async fn add(
         grants,
         tools,
         fail_open: args.fail_open,
+        disabled: false,
     };
     let folder = warden_runtime::plugin_dir::install(
         &app::plugin_dir(data_dir),
@@ -372,9 +380,27 @@ pub fn describe(p: &LoadedPlugin) -> Value {
 pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> {
     let cwd = std::env::current_dir()?;
     let data_dir = app::data_dir(&common)?;
+    let installed = app::plugin_dir(&data_dir);
     let command = match command {
         PluginCommand::New(args) => return crate::author::new(args),
         PluginCommand::Build(args) => return crate::author::build(args, &data_dir),
+        PluginCommand::Remove { name } => {
+            let folder = warden_runtime::plugin_dir::remove(&installed, &name)
+                .map_err(|e| anyhow::anyhow!(e))?;
+            say!("removed {name} ({})", folder.display());
+            return Ok(ExitCode::SUCCESS);
+        }
+        PluginCommand::Disable { ref name } | PluginCommand::Enable { ref name } => {
+            let off = matches!(command, PluginCommand::Disable { .. });
+            let changed = warden_runtime::plugin_dir::set_disabled(&installed, name, off)
+                .map_err(|e| anyhow::anyhow!(e))?;
+            let state = if off { "disabled" } else { "enabled" };
+            match changed {
+                true => say!("{name}: {state}; it applies from each process's next start"),
+                false => say!("{name} was already {state}"),
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
         other => other,
     };
     let loaded = app::config(&common, &cwd)?;
@@ -389,6 +415,11 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
         PluginCommand::Add(args) => add(args, &config, &data_dir).await,
         PluginCommand::New(args) => crate::author::new(args),
         PluginCommand::Build(args) => crate::author::build(args, &data_dir),
+        PluginCommand::Remove { .. }
+        | PluginCommand::Disable { .. }
+        | PluginCommand::Enable { .. } => {
+            unreachable!("answered above")
+        }
         PluginCommand::Verify { strict, format } => match loaded {
             Ok(host) => {
                 let found = crate::plugin_verify::findings(
@@ -522,6 +553,15 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
             }
             for (name, why) in host.skipped() {
                 say!("{name} (built-in, not loaded)  {why}");
+            }
+            for (p, m) in warden_runtime::plugin_dir::installed(&installed)? {
+                if m.disabled {
+                    say!(
+                        "{} (disabled, not loaded)  `warden plugin enable {}` switches it back on",
+                        p.name,
+                        p.name
+                    );
+                }
             }
             for (name, server) in &config.mcp {
                 say!("{}", crate::mcp_cmd::describe_server(name, server));

@@ -1,0 +1,103 @@
+//! An installed plugin's life after `plugin add`: `disable` keeps it with
+//! its grants but loads it nowhere (a hook applies to no session), `enable`
+//! brings it back as it was, `remove` deletes it. Each is seen where it
+//! counts: in what the model is offered and in the audit trail.
+
+use serde_json::json;
+
+use crate::common::*;
+
+/// Run `warden ARGS`; its stdout, after checking it succeeded.
+fn ok(env: &Env, args: &[&str]) -> String {
+    let out = env.warden(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "warden {args:?}: {stderr}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One prompt calling the fixture's `echo`: the tools offered, and whether
+/// the installed hook ran around the call.
+async fn one_call(env: &Env) -> (Vec<String>, bool) {
+    env.cassette(json!([
+        {"tool_calls": [{"id": "c1", "name": "echo", "arguments": {"text": "hi"}}]},
+        {"text": "done"}
+    ]));
+    let _ = std::fs::remove_file(env.root.path().join("requests.jsonl"));
+    let run = env.run_json("go");
+    assert!(run.status.success(), "{}", run.stderr);
+    let offered = offered(&env.requests()[0]);
+    let trail = env.ledger().audit_trail(&run.session()).await.unwrap();
+    (offered, trail.iter().any(|a| a.subject == "hook:hk"))
+}
+
+#[tokio::test]
+async fn a_disabled_plugin_is_loaded_nowhere_until_enabled_and_a_removed_one_is_gone() {
+    let env = Env::new();
+    let (tool, hook) = (fixture_wasm(), plugin_wasm("warden_fixture_hooks.wasm"));
+    ok(
+        &env,
+        &[
+            "plugin",
+            "add",
+            &tool,
+            "--name",
+            "fx",
+            "--tool",
+            "echo:echo",
+            "-y",
+        ],
+    );
+    ok(&env, &["plugin", "add", &hook, "--name", "hk", "-y"]);
+    let (offered, hooked) = one_call(&env).await;
+    assert!(offered.contains(&"echo".to_string()), "{offered:?}");
+    assert!(hooked, "the installed hook ran around the call");
+
+    // Switched off: listed as disabled, offered nowhere, the hook silent.
+    assert!(ok(&env, &["plugin", "disable", "fx"]).contains("fx: disabled"));
+    assert!(ok(&env, &["plugin", "disable", "hk"]).contains("hk: disabled"));
+    assert!(ok(&env, &["plugin", "disable", "hk"]).contains("already disabled"));
+    let listed = ok(&env, &["plugin", "list"]);
+    assert!(listed.contains("fx (disabled, not loaded)"), "{listed}");
+    assert!(listed.contains("hk (disabled, not loaded)"), "{listed}");
+    env.cassette(json!([{"text": "done"}]));
+    let _ = std::fs::remove_file(env.root.path().join("requests.jsonl"));
+    let run = env.run_json("go");
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(!offered_now(&env).contains(&"echo".to_string()));
+
+    // Back on, with the grants and mapping it had.
+    ok(&env, &["plugin", "enable", "fx"]);
+    ok(&env, &["plugin", "enable", "hk"]);
+    let (offered, hooked) = one_call(&env).await;
+    assert!(offered.contains(&"echo".to_string()), "{offered:?}");
+    assert!(hooked);
+    let inspected: serde_json::Value =
+        serde_json::from_str(&ok(&env, &["plugin", "inspect", "fx"])).unwrap();
+    let echo = inspected["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == "echo")
+        .unwrap();
+    assert_eq!(echo["permission"], "echo");
+
+    // Removed: gone from the list and the folder; removing again says what
+    // is installed; a built-in is not removed this way.
+    assert!(ok(&env, &["plugin", "remove", "hk"]).contains("removed hk"));
+    assert!(!env.data().join("plugins").join("hk").exists());
+    assert!(!ok(&env, &["plugin", "list"]).contains("hk"));
+    for (name, said) in [("hk", "installed: fx"), ("read", "built-in")] {
+        let out = env.warden(&["plugin", "remove", name]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("no plugin named"), "{stderr}");
+        assert!(stderr.contains(said), "{stderr}");
+    }
+    let (_, hooked) = one_call(&env).await;
+    assert!(!hooked, "a removed hook runs no more");
+}
+
+/// The tools offered in the last run's first request.
+fn offered_now(env: &Env) -> Vec<String> {
+    offered(&env.requests()[0])
+}
