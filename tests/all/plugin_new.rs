@@ -208,7 +208,9 @@ async fn tool_path(lang: &str) {
         );
     }
 
-    // Granted only docs/ and no variable: the sandbox holds.
+    // Granted only docs/ and no variable: the sandbox holds. (An upgrade
+    // keeps what was granted, so narrowing is a remove, then an add.)
+    author(&env, &env.project(), &["plugin", "remove", &name]);
     add(&env, &project, &["--dir", "docs:ro"]);
     let (results, _, _) = session(
         &env,

@@ -101,3 +101,87 @@ async fn a_disabled_plugin_is_loaded_nowhere_until_enabled_and_a_removed_one_is_
 fn offered_now(env: &Env) -> Vec<String> {
     offered(&env.requests()[0])
 }
+
+/// `plugin add --replace` is an upgrade: every grant and mapping the
+/// operator gave the installed plugin is kept (flags add to them), its
+/// disabled state too, and the consent shows what changes.
+#[test]
+fn an_upgrade_keeps_what_was_granted_and_shows_what_changes() {
+    let env = Env::new();
+    let tool = fixture_wasm();
+    ok(
+        &env,
+        &[
+            "plugin",
+            "add",
+            &tool,
+            "--name",
+            "fx",
+            "--dir",
+            ".:ro",
+            "--env",
+            "A",
+            "--tool",
+            "echo:echo",
+            "-y",
+        ],
+    );
+    let manifest = || -> serde_json::Value {
+        let path = env.data().join("plugins").join("fx").join("plugin.json");
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+
+    // The same component, one more host: only the host line changes.
+    let said = ok(
+        &env,
+        &[
+            "plugin",
+            "add",
+            &tool,
+            "--name",
+            "fx",
+            "--replace",
+            "--host",
+            "api.example.com",
+            "-y",
+        ],
+    );
+    assert!(
+        said.contains("against the installed fx (its grants kept):"),
+        "{said}"
+    );
+    assert!(said.contains("- HTTP hosts: none"), "{said}");
+    assert!(said.contains("+ HTTP hosts: api.example.com"), "{said}");
+    assert!(!said.contains("- directories"), "{said}");
+    let m = manifest();
+    assert_eq!(m["grants"]["dirs"], json!([{"path": ".", "mode": "ro"}]));
+    assert_eq!(m["grants"]["env"], json!(["A"]));
+    assert_eq!(m["grants"]["hosts"], json!(["api.example.com"]));
+    assert_eq!(m["tools"]["echo"]["permission"], "echo");
+
+    // Nothing given, nothing changed.
+    let said = ok(
+        &env,
+        &["plugin", "add", &tool, "--name", "fx", "--replace", "-y"],
+    );
+    assert!(
+        said.contains("against the installed fx: no change"),
+        "{said}"
+    );
+
+    // Another component under the name: its tools differ, the grants stay,
+    // and a disabled plugin stays disabled.
+    ok(&env, &["plugin", "disable", "fx"]);
+    let read = plugin_wasm("warden_tool_read.wasm");
+    let said = ok(
+        &env,
+        &["plugin", "add", &read, "--name", "fx", "--replace", "-y"],
+    );
+    assert!(said.contains("- sha256 "), "{said}");
+    assert!(said.contains("- tool echo: permission echo"), "{said}");
+    assert!(said.contains("+ tool read: "), "{said}");
+    let m = manifest();
+    assert_eq!(m["grants"]["env"], json!(["A"]));
+    assert_eq!(m["disabled"], true);
+    assert!(ok(&env, &["plugin", "list"]).contains("fx (disabled, not loaded)"));
+}
