@@ -10,7 +10,9 @@ use crate::error::Result;
 /// A class of decisions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecisionClass {
-    /// Refused: by a rule (`denied`) or by whoever was asked (`asked:reject`).
+    /// Refused: by a rule (`denied`), by whoever was asked (`asked:reject`),
+    /// or by a hook that blocked the call (a hook row whose outcome is
+    /// `block: …`).
     Denied,
     /// Asked of a person, whatever the answer (`asked:*`).
     Asked,
@@ -19,9 +21,14 @@ pub enum DecisionClass {
 }
 
 impl DecisionClass {
-    fn covers(&self, decision: &str) -> bool {
+    fn covers(&self, e: &AuditEntry) -> bool {
+        let decision = e.decision.as_str();
         match self {
-            DecisionClass::Denied => matches!(decision, "denied" | "asked:reject"),
+            DecisionClass::Denied => {
+                matches!(decision, "denied" | "asked:reject")
+                    || (e.subject.starts_with("hook:")
+                        && e.outcome.as_deref().is_some_and(|o| o.starts_with("block:")))
+            }
             DecisionClass::Asked => decision.starts_with("asked:"),
             DecisionClass::Allowed => matches!(decision, "allowed" | "asked:once" | "asked:always"),
         }
@@ -50,7 +57,7 @@ impl AuditFilter {
                 .as_ref()
                 .is_some_and(|h| self.hashes.contains(h));
         about
-            && self.decision.is_none_or(|d| d.covers(&e.decision))
+            && self.decision.is_none_or(|d| d.covers(e))
             && self.since.is_none_or(|t| e.at >= t)
     }
 }
@@ -118,6 +125,16 @@ mod tests {
                 row(&b, 30, "read", None, "denied"),
                 row(&b, 40, "write", None, "asked:reject"),
                 row(&a, 50, "hook:guard", Some("h2"), "asked:once"),
+                AuditEntry {
+                    stage: "hook.before".into(),
+                    outcome: Some("block: no secrets".into()),
+                    ..row(&b, 60, "hook:guard", Some("h2"), "ran")
+                },
+                // A tool's own output starting with the same word is no block.
+                AuditEntry {
+                    outcome: Some("block: not a hook".into()),
+                    ..row(&b, 70, "read", None, "ran")
+                },
             ])
             .await
             .unwrap();
@@ -130,14 +147,19 @@ mod tests {
                 .map(|e| (e.at, e.decision))
                 .collect::<Vec<_>>()
         };
-        assert_eq!(pick(AuditFilter::default()).await.len(), 5);
+        assert_eq!(pick(AuditFilter::default()).await.len(), 7);
         assert_eq!(
             pick(AuditFilter {
                 decision: Some(DecisionClass::Denied),
                 ..Default::default()
             })
             .await,
-            vec![(30, "denied".into()), (40, "asked:reject".into())]
+            vec![
+                (30, "denied".into()),
+                (40, "asked:reject".into()),
+                (60, "ran".into())
+            ],
+            "a hook's block is a refusal"
         );
         assert_eq!(
             pick(AuditFilter {
@@ -159,7 +181,9 @@ mod tests {
                 (10, "allowed".into()),
                 (20, "ran".into()),
                 (30, "denied".into()),
-                (50, "asked:once".into())
+                (50, "asked:once".into()),
+                (60, "ran".into()),
+                (70, "ran".into())
             ]
         );
         assert_eq!(
@@ -168,7 +192,7 @@ mod tests {
                 ..Default::default()
             })
             .await,
-            vec![(40, "asked:reject".into()), (50, "asked:once".into())]
+            vec![(60, "ran".into()), (70, "ran".into())]
         );
     }
 }
