@@ -441,3 +441,52 @@ fn sdk_wit_matches_contract() {
         "plugins/sdk/wit/plugin.wit differs from wit/v0.1.0/plugin.wit, the version the SDK builds against; copy it: cp wit/v0.1.0/plugin.wit plugins/sdk/wit/"
     );
 }
+
+/// A toolchain install is one line of progress; its installer's own output
+/// is shown only when it fails, its last lines, with what to do.
+#[test]
+fn a_failing_toolchain_install_shows_the_installer_s_last_lines_and_nothing_else() {
+    let env = Env::new();
+    let home = env.root.path().join("author");
+    std::fs::create_dir_all(&home).unwrap();
+    author(&env, &home, &["plugin", "new", "noisy", "--lang", "python"]);
+    // A "python" that talks a lot, then fails.
+    let fake = env.root.path().join("fake-python");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nfor i in $(seq 1 100); do echo \"chatter $i\"; done\necho 'no venv here' >&2\nexit 3\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = env
+        .warden(&["plugin", "build", "noisy"])
+        .current_dir(&home)
+        .env("WARDEN_TOOLCHAINS", env.root.path().join("toolchains"))
+        .env("WARDEN_PYTHON", &fake)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let installing: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("warden: installing componentize-py"))
+        .collect();
+    assert_eq!(installing.len(), 1, "{stderr}");
+    assert!(
+        !stderr.contains("chatter 60\n"),
+        "only the last lines: {stderr}"
+    );
+    assert!(
+        stderr.contains("chatter 100") && stderr.contains("no venv here"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("create a Python venv for componentize-py failed"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("WARDEN_PYTHON"),
+        "says what to do: {stderr}"
+    );
+}

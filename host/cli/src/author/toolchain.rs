@@ -26,15 +26,23 @@ pub fn root(data_dir: &Path) -> PathBuf {
     }
 }
 
-/// Run a command that installs something, its output shown as progress.
+/// Run a command that installs something. Its output is kept, not shown:
+/// the install is one line of progress, and the output is printed (its
+/// last lines) only when the command fails, to say why.
 fn run(cmd: &mut Command, what: &str, needs: &str) -> Result<()> {
-    // Installers' chatter is progress, not the command's result: stderr.
-    cmd.stdout(std::process::Stdio::from(std::io::stderr()));
-    let status = cmd.status().map_err(|e| {
+    let out = cmd.output().map_err(|e| {
         anyhow::anyhow!("cannot run {:?} to {what}: {e}; {needs}", cmd.get_program())
     })?;
-    if !status.success() {
-        bail!("{what} failed ({status}); see the output above");
+    if !out.status.success() {
+        let mut said = String::from_utf8_lossy(&out.stdout).into_owned();
+        said.push_str(&String::from_utf8_lossy(&out.stderr));
+        let lines: Vec<&str> = said.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(40)..];
+        eprintln!("{}", tail.join("\n"));
+        bail!(
+            "{what} failed ({}); its last output is above; {needs}",
+            out.status
+        );
     }
     Ok(())
 }
@@ -62,12 +70,16 @@ fn install_once(dir: &Path, label: &str, install: impl FnOnce(&Path) -> Result<(
             .with_context(|| format!("cannot clear the unfinished install {}", dir.display()))?;
     }
     eprintln!(
-        "warden: installing {label} into {} (once; later builds reuse it)",
+        "warden: installing {label} into {} (once, often a minute; later builds reuse it)…",
         dir.display()
     );
+    let started = std::time::Instant::now();
     install(dir)?;
     std::fs::write(&marker, label).with_context(|| format!("cannot write {}", marker.display()))?;
-    eprintln!("warden: installed {label}");
+    eprintln!(
+        "warden: installed {label} in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -88,6 +100,7 @@ pub fn componentize_py(root: &Path) -> Result<PathBuf> {
                 Command::new(dir.join("bin").join("pip"))
                     .args([
                         "install",
+                        "--quiet",
                         "--disable-pip-version-check",
                         "--progress-bar",
                         "off",
@@ -116,7 +129,7 @@ pub fn componentize_js(root: &Path) -> Result<PathBuf> {
                         "--no-audit",
                         "--no-fund",
                         "--loglevel",
-                        "http",
+                        "error",
                         "--prefix",
                     ])
                     .arg(dir)

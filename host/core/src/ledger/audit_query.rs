@@ -27,7 +27,9 @@ impl DecisionClass {
             DecisionClass::Denied => {
                 matches!(decision, "denied" | "asked:reject")
                     || (e.subject.starts_with("hook:")
-                        && e.outcome.as_deref().is_some_and(|o| o.starts_with("block:")))
+                        && e.outcome
+                            .as_deref()
+                            .is_some_and(|o| o.starts_with("block:")))
             }
             DecisionClass::Asked => decision.starts_with("asked:"),
             DecisionClass::Allowed => matches!(decision, "allowed" | "asked:once" | "asked:always"),
@@ -56,9 +58,7 @@ impl AuditFilter {
             || e.plugin_hash
                 .as_ref()
                 .is_some_and(|h| self.hashes.contains(h));
-        about
-            && self.decision.is_none_or(|d| d.covers(e))
-            && self.since.is_none_or(|t| e.at >= t)
+        about && self.decision.is_none_or(|d| d.covers(e)) && self.since.is_none_or(|t| e.at >= t)
     }
 }
 
