@@ -29,6 +29,7 @@ mod demo;
 mod ledger_cmd;
 mod mcp_cmd;
 mod plugin_add;
+mod plugin_call;
 mod plugin_cmd;
 mod plugin_upgrade;
 mod plugin_verify;

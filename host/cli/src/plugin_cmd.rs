@@ -36,6 +36,8 @@ pub enum PluginCommand {
     New(crate::author::NewArgs),
     /// Build a plugin project to a component, installing its toolchain when missing.
     Build(crate::author::BuildArgs),
+    /// Call one tool of a plugin through the same boundary as a session (rules, hooks, grants, limits, audit), printing its output.
+    Call(crate::plugin_call::CallArgs),
     /// Delete an installed plugin (its component and its grants).
     Remove { name: String },
     /// Switch an installed plugin off, hooks included: kept with its grants, loaded by no session until `enable`.
@@ -85,6 +87,7 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
     let command = match command {
         PluginCommand::New(args) => return crate::author::new(args),
         PluginCommand::Build(args) => return crate::author::build(args, &data_dir),
+        PluginCommand::Call(args) => return crate::plugin_call::call(args, common).await,
         PluginCommand::Remove { name } => {
             let folder = warden_runtime::plugin_dir::remove(&installed, &name)
                 .map_err(|e| anyhow::anyhow!(e))?;
@@ -116,7 +119,8 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
         PluginCommand::Add(args) => crate::plugin_add::add(args, &config, &data_dir).await,
         PluginCommand::New(args) => crate::author::new(args),
         PluginCommand::Build(args) => crate::author::build(args, &data_dir),
-        PluginCommand::Remove { .. }
+        PluginCommand::Call(_)
+        | PluginCommand::Remove { .. }
         | PluginCommand::Disable { .. }
         | PluginCommand::Enable { .. } => {
             unreachable!("answered above")

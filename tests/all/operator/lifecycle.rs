@@ -185,3 +185,89 @@ fn an_upgrade_keeps_what_was_granted_and_shows_what_changes() {
     assert_eq!(m["disabled"], true);
     assert!(ok(&env, &["plugin", "list"]).contains("fx (disabled, not loaded)"));
 }
+
+/// `plugin call` runs one tool through the session's boundary: its output
+/// on stdout, the decisions on stderr, the audit trail written; a rule's
+/// denial, a hook's block and a bad name are refusals with exit status 1.
+#[tokio::test]
+async fn plugin_call_goes_through_the_rules_and_hooks_and_prints_the_output() {
+    let env = Env::new();
+    let call = |args: &[&str]| {
+        let mut all = vec!["plugin", "call"];
+        all.extend_from_slice(args);
+        let out = env.warden(&all).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    env.config(json!({
+        "plugins": [Env::fixtures_plugin(json!({}))],
+        "permission": {"*": "allow", "env": "deny"}
+    }));
+    let (code, out, err) = call(&["fixtures", "echo", "--args", r#"{"x": 1}"#]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "{\"x\":1}\n");
+    assert!(err.contains("permission echo allowed"), "{err}");
+    assert!(err.contains("tool echo ran: ok"), "{err}");
+
+    // Its audit trail is the ledger's, under a session of its own.
+    let ledger = env.ledger();
+    let session = ledger.sessions().await.unwrap();
+    assert_eq!(session.len(), 1);
+    let trail = ledger.audit_trail(&session[0].id).await.unwrap();
+    assert_eq!(
+        trail.iter().map(|a| a.stage.as_str()).collect::<Vec<_>>(),
+        ["caller", "permission", "tool"]
+    );
+    assert_eq!(trail[0].subject, "cli:plugin call");
+
+    // A rule's denial.
+    let (code, out, err) = call(&["fixtures", "env"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("error: permission denied"), "{err}");
+
+    // Bad input, each said with what to do.
+    for (args, said) in [
+        (
+            &["fixtures", "nope"][..],
+            "has no tool \"nope\"; its tools: ",
+        ),
+        (&["nobody", "echo"][..], "no loaded plugin \"nobody\""),
+        (
+            &["fixtures", "echo", "--args", "[1]"][..],
+            "must be a JSON object",
+        ),
+        (&["fixtures", "echo", "--args", "{"][..], "is not JSON"),
+    ] {
+        let (code, _, err) = call(args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(err.contains(said), "{args:?}: {err}");
+    }
+
+    // A hook that blocks the call stops it before the tool.
+    env.config(json!({
+        "plugins": [Env::fixtures_plugin(json!({})),
+                    {"name": "hk", "path": plugin_wasm("warden_fixture_hooks.wasm"),
+                     "grants": {"env": ["FIXTURE_HOOK_B"]}}],
+        "permission": {"*": "allow"}
+    }));
+    let out = env
+        .warden(&["plugin", "call", "fixtures", "echo"])
+        .env("FIXTURE_HOOK_B", r#"{"label": "b", "before": "block"}"#)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        err.contains("before hook:hk ran: block: fixture b blocks echo"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("tool echo ran"),
+        "the tool did not run: {err}"
+    );
+}
