@@ -338,3 +338,28 @@ fn each_hook_run_is_a_box_of_its_own() {
         ]
     );
 }
+
+/// A failed call's reason is in the picture: hovering its end mark or its
+/// outcome says why it failed, not only that it did.
+#[test]
+fn a_failed_call_says_why_in_the_svg() {
+    let env = Env::new();
+    env.cassette(json!([
+        {"tool_calls": [{"id": "call_1", "name": "read", "arguments": {"filePath": "/etc/hostname"}}]},
+        {"text": "done"}
+    ]));
+    let run = env.run_json("read outside");
+    assert!(run.status.success(), "{}", run.stderr);
+    let svg = trace(&env, run.session().as_str(), "svg");
+    let end = svg
+        .split("<rect class=\"end\"")
+        .nth(1)
+        .expect("an end mark");
+    let title = &end[end.find("<title>").unwrap() + 7..end.find("</title>").unwrap()];
+    assert!(title.starts_with("error at +"), "{title}");
+    assert!(title.contains("outside the working directory"), "{title}");
+    assert!(
+        svg.contains("<title>error: ") && svg.matches("outside the working directory").count() >= 2,
+        "the outcome's label says it too: {svg}"
+    );
+}

@@ -175,7 +175,7 @@ pub fn render(t: &Timeline) -> String {
         };
         let _ = writeln!(
             s,
-            r##"<g class="lane" data-lane="{}" data-tool="{}" data-outcome="{}"><text x="12" y="{:.1}">{}</text><text x="{}" y="{:.1}" text-anchor="end" fill="{}">{} {}</text>"##,
+            r##"<g class="lane" data-lane="{}" data-tool="{}" data-outcome="{}"><text x="12" y="{:.1}">{}</text><text x="{}" y="{:.1}" text-anchor="end" fill="{}">{} {}<title>{}</title></text>"##,
             escape(&c.call_id),
             escape(&c.tool),
             escape(&c.outcome),
@@ -192,6 +192,12 @@ pub fn render(t: &Timeline) -> String {
                 "…"
             },
             escape(&c.outcome),
+            escape(
+                &match c.transitions.last().and_then(|t| t.detail.as_deref()) {
+                    Some(d) if c.outcome.starts_with("error") => format!("{}: {d}", c.outcome),
+                    _ => c.outcome.clone(),
+                }
+            ),
         );
         for span in &c.phases {
             boxed(&mut s, span, x(span.start), x(span.end), y, lane_h, font);
@@ -201,14 +207,21 @@ pub fn render(t: &Timeline) -> String {
             && matches!(last.status, "completed" | "error")
         {
             let ex = x(last.at);
+            // Hovering the end says why a call failed (or what it returned).
+            let why = last
+                .detail
+                .as_deref()
+                .map(|d| format!(": {d}"))
+                .unwrap_or_default();
             let _ = writeln!(
                 s,
-                r##"<rect class="end" data-state="{}" x="{:.1}" y="{y:.1}" width="3" height="{lane_h}" fill="{}"><title>{} at +{}</title></rect>"##,
+                r##"<rect class="end" data-state="{}" x="{:.1}" y="{y:.1}" width="3" height="{lane_h}" fill="{}"><title>{} at +{}{}</title></rect>"##,
                 escape(&c.outcome),
                 ex,
                 outcome_colour(&c.outcome),
                 escape(&c.outcome),
-                duration(last.at - t.start)
+                duration(last.at - t.start),
+                escape(&why)
             );
             // A call too short to see at this scale still says how long it took.
             if ex + 70.0 < WIDTH {
