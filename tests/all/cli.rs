@@ -222,6 +222,26 @@ fn sessions_can_be_listed_shown_and_exported() {
         "{show}"
     );
 
+    assert!(!show.contains("    | "), "outputs only when asked: {show}");
+    // With --outputs, the call's whole output under it: the read tool's
+    // numbered lines of package.json.
+    let shown = env
+        .warden(&["session", "show", session.as_str(), "--outputs"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    let output: Vec<&str> = shown
+        .lines()
+        .filter_map(|l| l.strip_prefix("    | "))
+        .collect();
+    assert!(!output.is_empty(), "{shown}");
+    for line in PACKAGE.lines() {
+        assert!(
+            output.iter().any(|o| o.ends_with(line)),
+            "{line:?} not in the output shown: {shown}"
+        );
+    }
+
     let export = env
         .warden(&["session", "export", session.as_str()])
         .output()

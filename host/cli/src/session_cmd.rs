@@ -21,6 +21,9 @@ pub enum SessionCommand {
         id: String,
         #[arg(long, value_enum, default_value_t)]
         format: Format,
+        /// Print each tool call's whole output under it (text format).
+        #[arg(long)]
+        outputs: bool,
     },
     /// Everything recorded about a session, as JSON: messages, part timeline, audit trail.
     Export {
@@ -60,7 +63,11 @@ pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode
             }
             Ok(ExitCode::SUCCESS)
         }
-        SessionCommand::Show { id, format } => {
+        SessionCommand::Show {
+            id,
+            format,
+            outputs,
+        } => {
             let ledger = app::ledger(&common).await?;
             let id = SessionId(id);
             let info = ledger.session(&id).await?;
@@ -73,7 +80,7 @@ pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode
             } else {
                 say!("session {}  {}", info.id, info.directory);
                 for m in &messages {
-                    show_message(m);
+                    show_message(m, outputs);
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -105,7 +112,7 @@ pub async fn session(command: SessionCommand, common: Common) -> Result<ExitCode
     }
 }
 
-fn show_message(m: &MessageWithParts) {
+fn show_message(m: &MessageWithParts, outputs: bool) {
     match &m.info {
         MessageInfo::User(u) => say!("\n[user {}] agent {} model {}", u.id, u.agent, u.model),
         MessageInfo::Assistant(a) => {
@@ -152,6 +159,11 @@ fn show_message(m: &MessageWithParts) {
                     "  tool {tool} {call_id} {} -> {summary}",
                     clip(&state.input().to_string(), 100)
                 );
+                if outputs && let ToolState::Completed { output, .. } = state {
+                    for line in output.lines() {
+                        say!("    | {line}");
+                    }
+                }
             }
             PartBody::StepStart {} => {}
             PartBody::StepFinish { reason, tokens, .. } => {
