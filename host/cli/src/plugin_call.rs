@@ -10,11 +10,9 @@
 use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::{Result, bail};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 use warden_core::boundary::{self, CallOutcome, CallRequest, Rules};
 use warden_core::clock::now_ms;
 use warden_core::ledger::{AuditEntry, id};
@@ -108,21 +106,15 @@ pub async fn call(args: CallArgs, common: Common) -> Result<ExitCode> {
             outcome: Some(def.id.clone()),
         })
         .await?;
-    let req = CallRequest {
-        ctx: CallContext {
-            session_id: session.id.clone(),
-            message_id,
-            call_id: call_id.into(),
-            agent: agent.name.clone(),
-            directory: session.directory.clone(),
-        },
-        tool: def,
-        input,
-        rules: Rules::new(agent.policy.clone(), session.id.clone()),
-        cancel: CancellationToken::new(),
-        progress: Arc::new(|_, _| {}),
-        repeats: 1,
+    let ctx = CallContext {
+        session_id: session.id.clone(),
+        message_id,
+        call_id: call_id.into(),
+        agent: agent.name.clone(),
+        directory: session.directory.clone(),
     };
+    let rules = Rules::new(agent.policy.clone(), session.id.clone());
+    let req = CallRequest::direct(ctx, def, input, rules);
     let report = boundary::run_audited(&core.call_env(), req).await;
     core.ledger().audit_all(&report.audit).await?;
     // The decisions and the guest's log, on standard error; the output on

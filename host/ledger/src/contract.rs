@@ -52,7 +52,7 @@ impl Place {
     }
 }
 
-fn session(n: i64) -> SessionInfo {
+pub(crate) fn session(n: i64) -> SessionInfo {
     SessionInfo::new(
         SessionId(id::ascending(SessionId::PREFIX)),
         format!("s{n}"),

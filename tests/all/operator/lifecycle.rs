@@ -15,6 +15,14 @@ fn ok(env: &Env, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `plugin add PATH --name NAME EXTRA… -y`; its stdout.
+fn install(env: &Env, path: &str, name: &str, extra: &[&str]) -> String {
+    let mut args = vec!["plugin", "add", path, "--name", name];
+    args.extend_from_slice(extra);
+    args.push("-y");
+    ok(env, &args)
+}
+
 /// One prompt calling the fixture's `echo`: the tools offered, and whether
 /// the installed hook ran around the call.
 async fn one_call(env: &Env) -> (Vec<String>, bool) {
@@ -34,20 +42,8 @@ async fn one_call(env: &Env) -> (Vec<String>, bool) {
 async fn a_disabled_plugin_is_loaded_nowhere_until_enabled_and_a_removed_one_is_gone() {
     let env = Env::new();
     let (tool, hook) = (fixture_wasm(), plugin_wasm("warden_fixture_hooks.wasm"));
-    ok(
-        &env,
-        &[
-            "plugin",
-            "add",
-            &tool,
-            "--name",
-            "fx",
-            "--tool",
-            "echo:echo",
-            "-y",
-        ],
-    );
-    ok(&env, &["plugin", "add", &hook, "--name", "hk", "-y"]);
+    install(&env, &tool, "fx", &["--tool", "echo:echo"]);
+    install(&env, &hook, "hk", &[]);
     let (offered, hooked) = one_call(&env).await;
     assert!(offered.contains(&"echo".to_string()), "{offered:?}");
     assert!(hooked, "the installed hook ran around the call");
@@ -109,42 +105,19 @@ fn offered_now(env: &Env) -> Vec<String> {
 fn an_upgrade_keeps_what_was_granted_and_shows_what_changes() {
     let env = Env::new();
     let tool = fixture_wasm();
-    ok(
-        &env,
-        &[
-            "plugin",
-            "add",
-            &tool,
-            "--name",
-            "fx",
-            "--dir",
-            ".:ro",
-            "--env",
-            "A",
-            "--tool",
-            "echo:echo",
-            "-y",
-        ],
-    );
+    let granted = ["--dir", ".:ro", "--env", "A", "--tool", "echo:echo"];
+    install(&env, &tool, "fx", &granted);
     let manifest = || -> serde_json::Value {
         let path = env.data().join("plugins").join("fx").join("plugin.json");
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     };
 
     // The same component, one more host: only the host line changes.
-    let said = ok(
+    let said = install(
         &env,
-        &[
-            "plugin",
-            "add",
-            &tool,
-            "--name",
-            "fx",
-            "--replace",
-            "--host",
-            "api.example.com",
-            "-y",
-        ],
+        &tool,
+        "fx",
+        &["--replace", "--host", "api.example.com"],
     );
     assert!(
         said.contains("against the installed fx (its grants kept):"),
@@ -160,10 +133,7 @@ fn an_upgrade_keeps_what_was_granted_and_shows_what_changes() {
     assert_eq!(m["tools"]["echo"]["permission"], "echo");
 
     // Nothing given, nothing changed.
-    let said = ok(
-        &env,
-        &["plugin", "add", &tool, "--name", "fx", "--replace", "-y"],
-    );
+    let said = install(&env, &tool, "fx", &["--replace"]);
     assert!(
         said.contains("against the installed fx: no change"),
         "{said}"
@@ -173,10 +143,7 @@ fn an_upgrade_keeps_what_was_granted_and_shows_what_changes() {
     // and a disabled plugin stays disabled.
     ok(&env, &["plugin", "disable", "fx"]);
     let read = plugin_wasm("warden_tool_read.wasm");
-    let said = ok(
-        &env,
-        &["plugin", "add", &read, "--name", "fx", "--replace", "-y"],
-    );
+    let said = install(&env, &read, "fx", &["--replace"]);
     assert!(said.contains("- sha256 "), "{said}");
     assert!(said.contains("- tool echo: permission echo"), "{said}");
     assert!(said.contains("+ tool read: "), "{said}");

@@ -98,6 +98,23 @@ pub struct CallRequest {
     pub repeats: usize,
 }
 
+impl CallRequest {
+    /// A call made directly, not by a model's loop (the MCP server, `warden
+    /// plugin call`): nothing to cancel it, no progress to report, and no
+    /// loop to repeat in.
+    pub fn direct(ctx: CallContext, tool: ToolDef, input: Value, rules: Rules) -> CallRequest {
+        CallRequest {
+            ctx,
+            tool,
+            input,
+            rules,
+            cancel: CancellationToken::new(),
+            progress: Arc::new(|_, _| {}),
+            repeats: 1,
+        }
+    }
+}
+
 /// How the call ended. Both carry the arguments the call ended with (after
 /// any hook rewrote them).
 #[derive(Debug, Clone, PartialEq)]

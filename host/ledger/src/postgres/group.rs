@@ -301,10 +301,9 @@ async fn together(client: &mut PgClient, group: Vec<Job>) -> u64 {
 mod tests {
     use std::sync::Arc;
 
-    use warden_protocol::{MessageInfo, SessionId, SessionInfo, SessionTime};
+    use warden_protocol::MessageInfo;
 
     use super::super::PgStore;
-    use crate::id;
     use crate::store::Store;
 
     /// The session's one message, as of `agent`.
@@ -324,16 +323,7 @@ mod tests {
         let store = Arc::new(PgStore::open(&warden_pg_harness::database()).await.unwrap());
         let mut sessions = Vec::new();
         for n in 0..48 {
-            let s = SessionInfo::new(
-                SessionId(id::ascending(SessionId::PREFIX)),
-                format!("s{n}"),
-                "/w".into(),
-                Vec::new(),
-                SessionTime {
-                    created: n,
-                    updated: n,
-                },
-            );
+            let s = crate::contract::session(n);
             store.create_session(&s).await.unwrap();
             sessions.push((s.id.clone(), crate::contract::user(&s.id)));
         }

@@ -24,7 +24,6 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 use warden_core::Core;
 use warden_core::boundary::{self, CallRequest, Rules};
 use warden_core::clock::now_ms;
@@ -152,22 +151,16 @@ impl WardenMcp {
                 None,
             ));
         }
-        let req = CallRequest {
-            ctx: CallContext {
-                session_id: session_id.clone(),
-                message_id,
-                call_id: call_id.into(),
-                agent: agent.name.clone(),
-                directory: session.directory.clone(),
-            },
-            tool: def,
-            input,
-            rules: Rules::new(agent.policy.clone(), session_id.clone()),
-            cancel: CancellationToken::new(),
-            progress: Arc::new(|_, _| {}),
-            // Each MCP request is a call of its own: no loop to repeat in.
-            repeats: 1,
+        // Each MCP request is a call of its own: no loop to repeat in.
+        let ctx = CallContext {
+            session_id: session_id.clone(),
+            message_id,
+            call_id: call_id.into(),
+            agent: agent.name.clone(),
+            directory: session.directory.clone(),
         };
+        let rules = Rules::new(agent.policy.clone(), session_id.clone());
+        let req = CallRequest::direct(ctx, def, input, rules);
         Ok(tools::result(
             boundary::run(&self.core.call_env(), req).await,
         ))
