@@ -441,6 +441,23 @@ pub trait Store: Send + Sync {
     async fn import_session(&self, export: &SessionExport) -> Result<bool>;
 }
 
+/// A step write with no header and no part ([`step_session`] said `None`):
+/// its audit rows alone, through [`Store::audit`], or nothing. Both
+/// backends' `write_step` end here for such a write.
+pub async fn write_audit_only<S: Store + ?Sized>(
+    store: &S,
+    write: &StepWrite<'_>,
+    fence: Option<&Fence>,
+) -> Result<bool> {
+    match write.audit.first() {
+        Some(e) => store
+            .audit(&e.session_id, write.audit, fence)
+            .await
+            .map(|()| true),
+        None => Ok(true),
+    }
+}
+
 /// The session `write` is of, after checking that every part in it is of
 /// that session and, when it has a header, of that message (see
 /// [`Store::write_step`]); `None` when it writes nothing of a session.

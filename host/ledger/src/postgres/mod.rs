@@ -43,7 +43,7 @@ use super::phase::{Phase, PhaseKind};
 use super::store::SessionExport;
 use super::store::{
     Fence, HolderIsDead, LeaseHeld, PermissionChange, PromptState, QueuedPrompt, StepWrite, Store,
-    step_session,
+    step_session, write_audit_only,
 };
 use super::{AuditEntry, LedgerError, PartEvent, TimelineRow};
 
@@ -399,13 +399,7 @@ impl Store for PgStore {
 
     async fn write_step(&self, write: &StepWrite<'_>, fence: Option<&Fence>) -> Result<bool> {
         if step_session(write)?.is_none() {
-            return match write.audit.first() {
-                Some(e) => self
-                    .audit(&e.session_id, write.audit, fence)
-                    .await
-                    .map(|()| true),
-                None => Ok(true),
-            };
+            return write_audit_only(self, write, fence).await;
         }
         self.steps.write(write, fence).await
     }

@@ -39,7 +39,7 @@ use warden_protocol::{
 use super::phase::{Phase, PhaseKind};
 use super::store::{
     Fence, HolderIsDead, LeaseHeld, PermissionChange, PromptState, QueuedPrompt, SessionExport,
-    StepWrite, Store, is_last_of_its_part, step_session,
+    StepWrite, Store, is_last_of_its_part, step_session, write_audit_only,
 };
 use super::{AuditEntry, LedgerError, PartEvent, TimelineRow};
 use crate::clock::now_ms;
@@ -290,13 +290,7 @@ impl Store for SqliteStore {
 
     async fn write_step(&self, step: &StepWrite<'_>, fence: Option<&Fence>) -> Result<bool> {
         let Some(session) = step_session(step)? else {
-            return match step.audit.first() {
-                Some(e) => self
-                    .audit(&e.session_id, step.audit, fence)
-                    .await
-                    .map(|()| true),
-                None => Ok(true),
-            };
+            return write_audit_only(self, step, fence).await;
         };
         // Encoded before the call, so the connection does SQL only: each
         // part's row (its last change in this write) and each timeline row.
