@@ -26,6 +26,7 @@ mod loop_rules;
 mod mcp;
 mod opencode;
 mod operator;
+mod plugin_deps;
 mod plugin_new;
 mod postgres;
 mod prepared;

@@ -18,7 +18,7 @@ fn toolchains() -> PathBuf {
 }
 
 /// `warden ARGS` run in `dir`, as a plugin author would.
-fn author(env: &Env, dir: &Path, args: &[&str]) -> String {
+pub(crate) fn author(env: &Env, dir: &Path, args: &[&str]) -> String {
     let out = env
         .warden(args)
         .current_dir(dir)

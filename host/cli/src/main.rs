@@ -152,6 +152,11 @@ fn main() -> ExitCode {
     // failed writes are warnings there. Elsewhere only errors are shown.
     let default_log = match &cli.command {
         Command::Serve(_) => "warn",
+        // An author calling their tool reads what it logged, every level.
+        Command::Plugin {
+            command: plugin_cmd::PluginCommand::Call(_),
+            ..
+        } => "error,warden_runtime::host_calls=debug",
         _ => "error",
     };
     tracing_subscriber::fmt()

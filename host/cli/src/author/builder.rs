@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Kind, Lang, Project, toolchain};
+use super::{Lang, Project, toolchain};
 
 /// Build `project` (in `dir`) to `out`, installing its toolchain under
 /// `toolchains` when missing.
@@ -19,44 +19,8 @@ pub fn build(project: &Project, dir: &Path, out: &Path, toolchains: &Path) -> Re
     let started = Instant::now();
     match project.lang {
         Lang::Rust => rust(project, dir, out)?,
-        Lang::Python => {
-            let tool = toolchain::componentize_py(toolchains)?;
-            let world = match project.kind {
-                Kind::Tool => "tool-plugin",
-                Kind::Hook => "hook-plugin",
-            };
-            eprintln!(
-                "warden: componentize-py {} → {}",
-                toolchain::COMPONENTIZE_PY,
-                out.display()
-            );
-            run(
-                Command::new(&tool)
-                    .args(["-d", "wit", "-w", world, "componentize", "app", "-o"])
-                    .arg(out)
-                    .current_dir(dir),
-                "componentize-py",
-            )?;
-        }
-        Lang::Js => {
-            let tool = toolchain::componentize_js(toolchains)?;
-            let world = match project.kind {
-                Kind::Tool => "tool-plugin-js",
-                Kind::Hook => "hook-plugin-js",
-            };
-            eprintln!(
-                "warden: componentize-js {} → {}",
-                toolchain::COMPONENTIZE_JS,
-                out.display()
-            );
-            run(
-                Command::new(&tool)
-                    .args(["app.js", "--wit", "wit", "--world-name", world, "--out"])
-                    .arg(out)
-                    .current_dir(dir),
-                "componentize-js",
-            )?;
-        }
+        Lang::Python => super::python::build(project, dir, out, toolchains)?,
+        Lang::Js => super::js::build(project, dir, out, toolchains)?,
     }
     let size = std::fs::metadata(out)
         .with_context(|| format!("the build wrote no component at {}", out.display()))?
@@ -70,7 +34,7 @@ pub fn build(project: &Project, dir: &Path, out: &Path, toolchains: &Path) -> Re
     Ok(())
 }
 
-fn run(cmd: &mut Command, what: &str) -> Result<()> {
+pub(super) fn run(cmd: &mut Command, what: &str) -> Result<()> {
     cmd.stdout(Stdio::from(std::io::stderr()));
     let status = cmd
         .status()

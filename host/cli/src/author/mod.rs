@@ -9,6 +9,8 @@
 //! component is `build/NAME.wasm`.
 
 mod builder;
+mod js;
+mod python;
 mod template;
 pub mod toolchain;
 

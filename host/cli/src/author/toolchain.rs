@@ -2,7 +2,8 @@
 //! into a warden-managed folder (`WARDEN_TOOLCHAINS`, else
 //! `<data dir>/toolchains`) and reused afterwards: componentize-py from PyPI
 //! in a venv of its own, componentize-js from npm in a folder of its own,
-//! and the `wasm32-wasip2` target through rustup.
+//! esbuild from npm the same way, and the `wasm32-wasip2` target through
+//! rustup.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,9 @@ pub const COMPONENTIZE_PY: &str = "0.25.1";
 /// componentize-js, from npm. (`jco componentize` 1.35.0 cannot read WIT
 /// files, so warden runs componentize-js itself.)
 pub const COMPONENTIZE_JS: &str = "0.23.0";
+/// esbuild, from npm: bundles a JS project and its npm dependencies into
+/// one module before componentize-js.
+pub const ESBUILD: &str = "0.28.2";
 /// The Rust target a guest builds for.
 pub const RUST_TARGET: &str = "wasm32-wasip2";
 
@@ -116,35 +120,44 @@ pub fn componentize_py(root: &Path) -> Result<PathBuf> {
 
 /// The `componentize-js` executable, installed from npm when missing.
 pub fn componentize_js(root: &Path) -> Result<PathBuf> {
-    let dir = root.join(format!("componentize-js-{COMPONENTIZE_JS}"));
-    install_once(
-        &dir,
-        &format!("componentize-js {COMPONENTIZE_JS} (npm)"),
-        |dir| {
-            std::fs::create_dir_all(dir)?;
-            run(
-                Command::new("npm")
-                    .args([
-                        "install",
-                        "--no-audit",
-                        "--no-fund",
-                        "--loglevel",
-                        "error",
-                        "--prefix",
-                    ])
-                    .arg(dir)
-                    .arg(format!(
-                        "@bytecodealliance/componentize-js@{COMPONENTIZE_JS}"
-                    )),
-                &format!("npm install @bytecodealliance/componentize-js@{COMPONENTIZE_JS}"),
-                "install Node.js 18 or later (with npm) and check that the npm registry is reachable",
-            )
-        },
-    )?;
-    Ok(dir
-        .join("node_modules")
-        .join(".bin")
-        .join("componentize-js"))
+    npm_tool(
+        root,
+        "@bytecodealliance/componentize-js",
+        COMPONENTIZE_JS,
+        "componentize-js",
+    )
+}
+
+/// The `esbuild` executable (it bundles a JS project's npm dependencies),
+/// installed from npm when missing.
+pub fn esbuild(root: &Path) -> Result<PathBuf> {
+    npm_tool(root, "esbuild", ESBUILD, "esbuild")
+}
+
+/// `package@version` installed from npm into a folder of its own under
+/// `root`; its executable `bin`.
+fn npm_tool(root: &Path, package: &str, version: &str, bin: &str) -> Result<PathBuf> {
+    let short = package.rsplit('/').next().unwrap_or(package);
+    let dir = root.join(format!("{short}-{version}"));
+    install_once(&dir, &format!("{short} {version} (npm)"), |dir| {
+        std::fs::create_dir_all(dir)?;
+        run(
+            Command::new("npm")
+                .args([
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--loglevel",
+                    "error",
+                    "--prefix",
+                ])
+                .arg(dir)
+                .arg(format!("{package}@{version}")),
+            &format!("npm install {package}@{version}"),
+            "install Node.js 18 or later (with npm) and check that the npm registry is reachable",
+        )
+    })?;
+    Ok(dir.join("node_modules").join(".bin").join(bin))
 }
 
 /// Make sure the toolchain that builds `project` has the wasm target,

@@ -1,5 +1,8 @@
 // {{name}}: a warden before hook in JavaScript. Build with `warden plugin build`,
 // install with `warden plugin add .`.
+// npm packages: add them to package.json's "dependencies" and import them
+// by name; `plugin build` installs them and bundles them in (esbuild). Node's
+// built-ins (node:fs, process) are not in a component: use warden.js's fs and env.
 import { hooks as defineHooks, allow, block, rewrite } from './warden.js';
 import { decide } from './logic.js';
 

@@ -1,5 +1,8 @@
 // {{name}}: a warden tool in JavaScript. Build with `warden plugin build`,
 // install with `warden plugin add . --dir .:ro --env WARDEN_EXAMPLE_LABEL`.
+// npm packages: add them to package.json's "dependencies" and import them
+// by name; `plugin build` installs them and bundles them in (esbuild). Node's
+// built-ins (node:fs, process) are not in a component: use warden.js's fs and env.
 import { tools, fs, env, log, InvalidArguments } from './warden.js';
 import { count } from './logic.js';
 

@@ -1,5 +1,10 @@
 """{{name}}: a warden before hook in Python. Build with `warden plugin build`,
-install with `warden plugin add .`."""
+install with `warden plugin add .`.
+
+The whole standard library is there at call time, even modules first
+imported inside a function. Packages from PyPI: list them in
+requirements.txt (name==version, pure-Python ones only); `plugin build`
+installs them into the component."""
 
 import warden
 

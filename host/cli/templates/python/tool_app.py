@@ -1,5 +1,10 @@
 """{{name}}: a warden tool in Python. Build with `warden plugin build`,
-install with `warden plugin add . --dir .:ro --env WARDEN_EXAMPLE_LABEL`."""
+install with `warden plugin add . --dir .:ro --env WARDEN_EXAMPLE_LABEL`.
+
+The whole standard library is there at call time, even modules first
+imported inside a function. Packages from PyPI: list them in
+requirements.txt (name==version, pure-Python ones only); `plugin build`
+installs them into the component."""
 
 import os
 
