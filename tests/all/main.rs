@@ -27,6 +27,7 @@ mod mcp;
 mod opencode;
 mod operator;
 mod plugin_deps;
+mod plugin_dev;
 mod plugin_new;
 mod postgres;
 mod prepared;

@@ -4,7 +4,8 @@
 //! packages its `requirements.txt` pins, from PyPI; a JavaScript tool has
 //! the npm packages its `package.json` lists, bundled. Each is built by
 //! `plugin build` from a `plugin new` project, installed, and called with
-//! `plugin call` in a fresh instance, where no build-time file is.
+//! `plugin call` in a fresh instance, where no build-time file is. Then
+//! each language's whole walk, from an empty folder to `plugin remove`.
 
 use std::path::{Path, PathBuf};
 
@@ -153,40 +154,188 @@ Tool = warden.Tool
     );
 }
 
-#[test]
-fn a_js_tool_bundles_the_npm_package_its_package_json_lists() {
-    let env = Env::new();
-    let project = new_project(&env, "bundled", "js");
-    let manifest = project.join("package.json");
-    let mut package: Value =
-        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
-    package["dependencies"] = json!({"ms": "2.1.3"});
-    std::fs::write(&manifest, serde_json::to_string_pretty(&package).unwrap()).unwrap();
-    // A CommonJS package, imported by its bare name as in Node.
-    std::fs::write(
-        project.join("app.js"),
-        r#"import { tools } from './warden.js';
-import ms from 'ms';
+/// One edit of a project file: `from` must be there.
+fn edit(file: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(file).unwrap();
+    assert!(
+        text.contains(from),
+        "{} has no {from:?}:\n{text}",
+        file.display()
+    );
+    std::fs::write(file, text.replacen(from, to, 1)).unwrap();
+}
 
-export const tool = tools({
-  bundled: {
-    description: 'Say durations.',
-    parameters: { type: 'object', properties: { ms: { type: 'number' } }, required: ['ms'] },
-    execute(ctx, args) {
-      return { output: JSON.stringify({ long: ms(args.ms, { long: true }), short: ms(args.ms), parsed: ms('1.5h') }) };
-    },
-  },
-});
-"#,
-    )
-    .unwrap();
-    let got = build_add_call(&env, &project, "bundled", json!({"ms": 90000}));
-    assert_eq!(
-        got,
-        json!({"long": "2 minutes", "short": "2m", "parsed": 5400000})
+/// A language's walk: the dependency it adds and uses, what the tool then
+/// prints, and an edit with what it prints after.
+struct Walk {
+    lang: &'static str,
+    /// Edits adding a dependency and using it: (file, from, to).
+    depend: Vec<(&'static str, &'static str, &'static str)>,
+    prints: String,
+    edit: (&'static str, &'static str, &'static str),
+    prints_after: String,
+}
+
+/// From an empty folder outside the repository: `plugin new` → a
+/// dependency added → `plugin build` → `plugin add` with a directory grant
+/// → `plugin call` prints the output → an edit → reinstalled (`add --build
+/// --replace`, no grant repeated) → the call still reads through the grant
+/// and prints the edit → `disable` (no call) → `remove` (gone).
+fn walk(w: Walk) {
+    let env = Env::new();
+    env.file("hello.txt", "one two\nthree\n");
+    let name = format!("walk{}", w.lang);
+    let project = new_project(&env, &name, w.lang);
+    for (file, from, to) in &w.depend {
+        edit(&project.join(file), from, to);
+    }
+    if w.lang == "python" {
+        std::fs::write(project.join("requirements.txt"), "tabulate==0.9.0\n").unwrap();
+    }
+    if w.lang == "js" {
+        let manifest = project.join("package.json");
+        let mut package: Value =
+            serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+        package["dependencies"] = json!({"ms": "2.1.3"});
+        std::fs::write(&manifest, serde_json::to_string_pretty(&package).unwrap()).unwrap();
+    }
+    let call = || {
+        env.warden(&[
+            "plugin",
+            "call",
+            &name,
+            &name,
+            "--args",
+            r#"{"path": "hello.txt"}"#,
+        ])
+        .output()
+        .unwrap()
+    };
+    author(&env, &project, &["plugin", "build"]);
+    let path = project.to_str().unwrap();
+    author(
+        &env,
+        &env.project(),
+        &["plugin", "add", path, "--dir", ".:ro", "--yes"],
+    );
+    let out = call();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), w.prints);
+
+    let (file, from, to) = w.edit;
+    edit(&project.join(file), from, to);
+    let said = author(
+        &env,
+        &env.project(),
+        &["plugin", "add", path, "--build", "--replace", "--yes"],
     );
     assert!(
-        project.join("node_modules/ms/package.json").exists(),
-        "npm installed it in the project"
+        said.contains(&format!("against the installed {name} (its grants kept)")),
+        "{said}"
     );
+    let out = call();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), w.prints_after);
+
+    author(&env, &env.project(), &["plugin", "disable", &name]);
+    let out = call();
+    assert!(!out.status.success(), "a disabled plugin is not called");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("no loaded plugin \"{name}\"")),
+        "{err}"
+    );
+    author(&env, &env.project(), &["plugin", "remove", &name]);
+    let listed = author(
+        &env,
+        &env.project(),
+        &["plugin", "list", "--format", "json"],
+    );
+    assert!(!listed.contains(&name), "{listed}");
+}
+
+const NO_LABEL: &str = "no label: WARDEN_EXAMPLE_LABEL is not granted";
+
+#[test]
+fn a_rust_plugin_s_whole_life_with_a_crate_from_crates_io() {
+    walk(Walk {
+        lang: "rust",
+        depend: vec![
+            ("Cargo.toml", "serde = {", "itoa = \"=1.0.19\"\nserde = {"),
+            (
+                "src/lib.rs",
+                r#"format!("{}: {lines} lines, {words} words ({label})", args.path)"#,
+                r#"format!("{}: {} words, by itoa ({label})", args.path, itoa::Buffer::new().format(words + lines - lines))"#,
+            ),
+        ],
+        prints: format!("hello.txt: 3 words, by itoa ({NO_LABEL})"),
+        edit: ("src/lib.rs", "by itoa", "by itoa, edited"),
+        prints_after: format!("hello.txt: 3 words, by itoa, edited ({NO_LABEL})"),
+    });
+}
+
+#[test]
+fn a_python_plugin_s_whole_life_with_the_standard_library_and_a_pypi_package() {
+    walk(Walk {
+        lang: "python",
+        depend: vec![
+            (
+                "app.py",
+                r#"f"{path}: {lines} lines, {words} words ({label})","#,
+                "summary(path, text, label),",
+            ),
+            (
+                "app.py",
+                "\n# componentize-py looks for",
+                r#"
+
+def summary(path, text, label):
+    # First imported here, at call time.
+    import csv, datetime, hashlib, heapq, io, pathlib
+    from tabulate import tabulate
+    words = text.split()
+    row = next(csv.reader(io.StringIO(",".join(words))))
+    return (f"{pathlib.PurePosixPath(path).stem}: {len(row)} words, largest {heapq.nlargest(1, words)[0]}, "
+            f"sha {hashlib.sha256(text.encode()).hexdigest()[:8]}, {datetime.date(2026, 1, 2).isoformat()}, "
+            + tabulate([[len(words)]], tablefmt="plain") + f" ({label})")
+
+# componentize-py looks for"#,
+            ),
+        ],
+        prints: format!("hello: 3 words, largest two, sha 6481b98d, 2026-01-02, 3 ({NO_LABEL})"),
+        edit: ("app.py", "largest {", "largest word {"),
+        prints_after: format!(
+            "hello: 3 words, largest word two, sha 6481b98d, 2026-01-02, 3 ({NO_LABEL})"
+        ),
+    });
+}
+
+#[test]
+fn a_js_plugin_s_whole_life_with_an_npm_package() {
+    walk(Walk {
+        lang: "js",
+        depend: vec![
+            (
+                "app.js",
+                "import { count } from './logic.js';",
+                "import { count } from './logic.js';\nimport ms from 'ms';",
+            ),
+            (
+                "app.js",
+                "`${args.path}: ${lines} lines, ${words} words (${label})`",
+                "`${args.path}: ${words} words, ${ms(words * 60000 + lines - lines, { long: true })} (${label})`",
+            ),
+        ],
+        prints: format!("hello.txt: 3 words, 3 minutes ({NO_LABEL})"),
+        edit: ("app.js", "words, ${ms", "words read, ${ms"),
+        prints_after: format!("hello.txt: 3 words read, 3 minutes ({NO_LABEL})"),
+    });
 }

@@ -31,6 +31,7 @@ mod mcp_cmd;
 mod plugin_add;
 mod plugin_call;
 mod plugin_cmd;
+mod plugin_dev;
 mod plugin_upgrade;
 mod plugin_verify;
 mod render;

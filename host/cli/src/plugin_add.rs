@@ -55,6 +55,10 @@ pub struct AddArgs {
     /// plugin gets is still printed first.
     #[arg(long, short = 'y')]
     pub yes: bool,
+    /// Leave out the installed plugin's description (`plugin dev`, which
+    /// reinstalls on every change).
+    #[arg(skip)]
+    pub quiet: bool,
 }
 
 /// Check the component loads with these grants, then install it.
@@ -244,6 +248,9 @@ pub async fn add(
     )
     .map_err(|e| anyhow::anyhow!(e))?;
     say!("installed {} in {}", name, folder.display());
+    if args.quiet {
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut shown = describe(loaded);
     shown["path"] = json!(folder.join("plugin.wasm").display().to_string());
     say!("{}", serde_json::to_string_pretty(&shown)?);

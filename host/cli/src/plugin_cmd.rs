@@ -1,4 +1,4 @@
-//! `warden plugin list|inspect|verify|add|remove|disable|enable|new|build`:
+//! `warden plugin list|inspect|verify|add|dev|remove|disable|enable|new|build|call`:
 //! what each plugin provides, its hash, and what it was granted; installing
 //! one, switching it off and on, removing it.
 
@@ -36,6 +36,8 @@ pub enum PluginCommand {
     New(crate::author::NewArgs),
     /// Build a plugin project to a component, installing its toolchain when missing.
     Build(crate::author::BuildArgs),
+    /// Build and install a plugin project, then rebuild and reinstall it on every change to its sources (keeping its grants) until Ctrl-C.
+    Dev(crate::plugin_dev::DevArgs),
     /// Call one tool of a plugin through the same boundary as a session (rules, hooks, grants, limits, audit), printing its output.
     Call(crate::plugin_call::CallArgs),
     /// Delete an installed plugin (its component and its grants).
@@ -112,6 +114,7 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
     let config = loaded.config;
     let command = match command {
         PluginCommand::Add(args) => return crate::plugin_add::add(args, &config, &data_dir).await,
+        PluginCommand::Dev(args) => return crate::plugin_dev::dev(args, &config, &data_dir).await,
         other => other,
     };
     let loaded = app::load_host(&config, &data_dir).await;
@@ -120,6 +123,7 @@ pub async fn plugin(command: PluginCommand, common: Common) -> Result<ExitCode> 
         PluginCommand::New(args) => crate::author::new(args),
         PluginCommand::Build(args) => crate::author::build(args, &data_dir),
         PluginCommand::Call(_)
+        | PluginCommand::Dev(_)
         | PluginCommand::Remove { .. }
         | PluginCommand::Disable { .. }
         | PluginCommand::Enable { .. } => {

@@ -363,3 +363,80 @@ fn a_failed_call_says_why_in_the_svg() {
         "the outcome's label says it too: {svg}"
     );
 }
+
+/// On a session of seconds a hook of a millisecond is under a pixel;
+/// `--call` narrows the picture to one call, where each of its hooks is
+/// drawn at its size, and only that call's lane is drawn.
+#[test]
+fn zoomed_to_one_call_its_hooks_are_drawn_at_their_size() {
+    let env = Env::new();
+    env.config(json!({"plugins": [
+        Env::fixtures_plugin(json!({})),
+        {"name": "first", "path": plugin_wasm("warden_fixture_hooks.wasm"), "grants": {"env": ["FIXTURE_HOOK_1"]}},
+    ]}));
+    // The model takes 3 s before the call and after it.
+    env.cassette(json!([
+        {"delay_ms": 3000, "tool_calls": [{"id": "c1", "name": "echo", "arguments": {"x": 1}}]},
+        {"tool_calls": [{"id": "c2", "name": "echo", "arguments": {"x": 2}}]},
+        {"delay_ms": 3000, "text": "done"}
+    ]));
+    let mark = json!({"label": "first", "before": "mark", "after": "mark"}).to_string();
+    let run = env.run_json_with("go", &[("FIXTURE_HOOK_1", Some(&mark))]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let session = run.session();
+    // Each hook box's (ms, width in px).
+    let hook_widths = |svg: &str| -> Vec<(i64, f64)> {
+        let states = attrs(svg, "<rect class=\"box\"", "data-state");
+        let ms = attrs(svg, "<rect class=\"box\"", "data-ms");
+        let widths = attrs(svg, "<rect class=\"box\"", "width");
+        states
+            .iter()
+            .zip(ms.iter().zip(widths))
+            .filter(|(s, _)| s.starts_with("hook"))
+            .map(|(_, (m, w))| (m.parse().unwrap(), w.parse().unwrap()))
+            .collect()
+    };
+    let whole = trace(&env, session.as_str(), "svg");
+    assert_eq!(lanes(&whole).len(), 3, "the session and two calls");
+    let out = env
+        .warden(&["trace", session.as_str(), "--format", "svg", "--call", "c1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let zoomed = String::from_utf8(out.stdout).unwrap();
+    let drawn = lanes(&zoomed);
+    assert_eq!(
+        drawn.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>(),
+        ["session", "c1"]
+    );
+    let (before, after) = (hook_widths(&whole), hook_widths(&zoomed));
+    assert_eq!(before.len(), 4, "two hook runs a call: {before:?}");
+    assert_eq!(after.len(), 2, "c1's own: {after:?}");
+    assert!(
+        after.iter().any(|(ms, _)| *ms >= 1),
+        "a hook run takes a millisecond or more: {after:?}"
+    );
+    for ((ms, w), (_, z)) in before.iter().take(2).zip(&after) {
+        if *ms >= 1 {
+            assert!(
+                *z > w * 10.0,
+                "a {ms} ms hook: zoomed {z} px against {w} px whole"
+            );
+        }
+    }
+    // An unknown call is an error that lists the session's calls.
+    let out = env
+        .warden(&["trace", session.as_str(), "--call", "c9"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no call c9 in this session; its calls are: c1, c2"),
+        "{err}"
+    );
+}

@@ -298,26 +298,60 @@ fn up_to_date(dir: &Path, out: &Path) -> bool {
     let Ok(built) = std::fs::metadata(out).and_then(|m| m.modified()) else {
         return false;
     };
-    fn newer(dir: &Path, than: std::time::SystemTime) -> bool {
+    sources(dir)
+        .iter()
+        .all(|s| s.modified.is_some_and(|t| t <= built))
+}
+
+/// One source file of a project, as last seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub path: PathBuf,
+    /// `None` when it could not be read (counts as changed).
+    pub modified: Option<std::time::SystemTime>,
+    pub len: u64,
+}
+
+/// Every source file of the project in `dir`, in path order: what a build
+/// reads, so not its outputs (`build`, `target`), installed packages
+/// (`node_modules`), caches or the repository's own folder.
+pub fn sources(dir: &Path) -> Vec<Source> {
+    fn walk(dir: &Path, out: &mut Vec<Source>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
-            return true;
+            out.push(Source {
+                path: dir.to_path_buf(),
+                modified: None,
+                len: 0,
+            });
+            return;
         };
-        entries.flatten().any(|e| {
+        for e in entries.flatten() {
             let name = e.file_name();
             if matches!(
                 name.to_str(),
                 Some("build" | "target" | "node_modules" | "__pycache__" | ".git")
             ) {
-                return false;
+                continue;
             }
             match e.metadata() {
-                Ok(m) if m.is_dir() => newer(&e.path(), than),
-                Ok(m) => m.modified().map_or(true, |t| t > than),
-                Err(_) => true,
+                Ok(m) if m.is_dir() => walk(&e.path(), out),
+                Ok(m) => out.push(Source {
+                    path: e.path(),
+                    modified: m.modified().ok(),
+                    len: m.len(),
+                }),
+                Err(_) => out.push(Source {
+                    path: e.path(),
+                    modified: None,
+                    len: 0,
+                }),
             }
-        })
+        }
     }
-    !newer(dir, built)
+    let mut out = Vec::new();
+    walk(dir, &mut out);
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
 }
 
 #[cfg(test)]

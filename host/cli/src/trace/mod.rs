@@ -5,6 +5,7 @@
 
 pub mod svg;
 pub mod timeline;
+pub mod zoom;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,6 +38,16 @@ pub struct TraceArgs {
     pub id: String,
     #[arg(long, value_enum, default_value_t)]
     pub format: TraceFormat,
+    /// Only this call (its id, as `trace` lists it), from its first state to
+    /// its last: its hooks and the model's spans around it at their size.
+    #[arg(long, conflicts_with_all = ["from", "to"])]
+    pub call: Option<String>,
+    /// Only from this many seconds after the session's start (e.g. 12.5).
+    #[arg(long)]
+    pub from: Option<f64>,
+    /// Only until this many seconds after the session's start.
+    #[arg(long)]
+    pub to: Option<f64>,
     /// Write to this file instead of standard output.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
@@ -55,6 +66,12 @@ pub async fn trace(args: TraceArgs) -> Result<ExitCode> {
         &ledger.phases(&id).await?,
         &ledger.audit_trail(&id).await?,
     );
+    let mut t = t;
+    if let Some(call) = &args.call {
+        zoom::zoom(&mut t, &zoom::Window::Call(call.clone()))?;
+    } else if args.from.is_some() || args.to.is_some() {
+        zoom::zoom(&mut t, &zoom::Window::Between(args.from, args.to))?;
+    }
     let out = match args.format {
         TraceFormat::Json => serde_json::to_string_pretty(&t)? + "\n",
         TraceFormat::Svg => svg::render(&t),

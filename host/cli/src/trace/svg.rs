@@ -205,6 +205,7 @@ pub fn render(t: &Timeline) -> String {
         // How it ended: a mark at its last state.
         if let Some(last) = c.transitions.last()
             && matches!(last.status, "completed" | "error")
+            && (t.start..=t.end).contains(&last.at)
         {
             let ex = x(last.at);
             // Hovering the end says why a call failed (or what it returned).
