@@ -193,11 +193,12 @@ async fn a_provider_error_ends_the_run_with_its_message_and_keeps_the_prompt() {
 
 /// A file that is not a component is refused before anything is installed,
 /// saying what it is and what to do: a core module (an Extism plugin, a
-/// wasip1 build) and a file that is not WebAssembly at all.
+/// wasip1 build), a component of another world, and a file that is not
+/// WebAssembly at all.
 #[test]
-fn plugin_add_of_a_core_module_or_of_not_wasm_says_what_it_is_and_what_to_do() {
+fn plugin_add_of_a_core_module_another_world_or_not_wasm_says_what_it_is_and_what_to_do() {
     let env = Env::new();
-    let cases: [(&str, &[u8], &[&str]); 2] = [
+    let cases: [(&str, &[u8], &[&str]); 3] = [
         (
             "core.wasm",
             b"\0asm\x01\0\0\0",
@@ -205,6 +206,16 @@ fn plugin_add_of_a_core_module_or_of_not_wasm_says_what_it_is_and_what_to_do() {
                 "core WebAssembly module, not a component",
                 "wasm32-wasip2",
                 "Extism",
+            ],
+        ),
+        (
+            // A component of no world of warden's: it exports nothing.
+            "other-world.wasm",
+            b"\0asm\x0d\0\x01\0",
+            &[
+                "exports neither warden:plugin/tool nor warden:plugin/hooks",
+                "it exports: nothing",
+                "Build it against warden's world",
             ],
         ),
         (

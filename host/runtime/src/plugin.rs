@@ -154,12 +154,17 @@ pub async fn load(sandbox: &Sandbox, src: PluginSource<'_>) -> Result<LoadedPlug
         .collect();
     let Some((contract, world)) = bindings::detect(&exports) else {
         return Err(contract_err(format!(
-            "it exports neither warden:plugin/tool nor warden:plugin/hooks of a supported version ({}); it exports: {}",
+            "it exports neither warden:plugin/tool nor warden:plugin/hooks of a supported version ({}); it exports: {}. {}",
             bindings::supported().join(", "),
             if exports.is_empty() {
                 "nothing".to_string()
             } else {
-                exports.into_iter().collect::<Vec<_>>().join(", ")
+                exports.iter().cloned().collect::<Vec<_>>().join(", ")
+            },
+            if exports.iter().any(|e| e.starts_with("wasi:cli/run")) {
+                "It is a command (a program with a main), not a plugin: build a library against warden's world instead; `warden plugin new NAME --lang rust|python|js` writes a project that does"
+            } else {
+                "Build it against warden's world (the WIT in plugins/sdk or a `warden plugin new` project); a component built for another host's world does not run here"
             }
         )));
     };
