@@ -42,6 +42,10 @@ pub struct DevArgs {
     /// How the permission rules see a tool (`TOOL:PERMISSION[:path=ARG|:url=ARG]`), as for `plugin add`. Repeatable.
     #[arg(long = "tool")]
     pub tools: Vec<String>,
+    /// Replace an installed plugin of the same name (its grants kept), as
+    /// `plugin add --replace` does.
+    #[arg(long)]
+    pub replace: bool,
     /// Install the first time without asking (required when not on a
     /// terminal). Reinstalls after a change never ask: they keep what was
     /// granted and print what changed.
@@ -59,6 +63,21 @@ pub async fn dev(args: DevArgs, config: &warden_core::Config, data_dir: &Path) -
     let mut seen = author::sources(&dir);
     // The first install is the operator's consent to the grants.
     let installed = crate::app::plugin_dir(data_dir).join(&name).exists();
+    if installed && !args.replace {
+        anyhow::bail!(
+            "a plugin named {name} is already installed; pass --replace to reinstall it from {} (its grants are kept), or --name to install this one beside it",
+            dir.display()
+        );
+    }
+    // Ctrl-C is heard during a rebuild too: the loop stops after it.
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            let _ = tokio::signal::ctrl_c().await;
+            stop.cancel();
+        }
+    });
     let first = AddArgs {
         path: dir.clone(),
         name: Some(name.clone()),
@@ -84,10 +103,7 @@ pub async fn dev(args: DevArgs, config: &warden_core::Config, data_dir: &Path) -
     loop {
         let changed = tokio::select! {
             changed = next_change(&dir, &seen) => changed,
-            _ = tokio::signal::ctrl_c() => {
-                eprintln!("warden: stopped watching; {name} stays installed as last built");
-                return Ok(ExitCode::SUCCESS);
-            }
+            _ = stop.cancelled() => return Ok(stopped(&name)),
         };
         eprintln!(
             "warden: {} changed; rebuilding {name}",
@@ -110,7 +126,11 @@ pub async fn dev(args: DevArgs, config: &warden_core::Config, data_dir: &Path) -
             yes: true,
             quiet: true,
         };
-        match crate::plugin_add::add(again, config, data_dir).await {
+        let result = crate::plugin_add::add(again, config, data_dir).await;
+        if stop.is_cancelled() {
+            return Ok(stopped(&name));
+        }
+        match result {
             Ok(code) if code == ExitCode::SUCCESS => eprintln!(
                 "warden: reinstalled {name} in {:.1} s",
                 started.elapsed().as_secs_f64()
@@ -127,6 +147,11 @@ pub async fn dev(args: DevArgs, config: &warden_core::Config, data_dir: &Path) -
         seen = absorb(&changed.0, author::sources(&dir));
         watching(&name);
     }
+}
+
+fn stopped(name: &str) -> ExitCode {
+    eprintln!("warden: stopped watching; {name} stays installed as last built");
+    ExitCode::SUCCESS
 }
 
 fn watching(name: &str) {

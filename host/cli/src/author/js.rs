@@ -74,8 +74,10 @@ pub fn build(project: &Project, dir: &Path, out: &Path, toolchains: &Path) -> Re
 
 /// Install the dependencies `package.json` lists into `node_modules`
 /// (`npm ci` when there is a lock file, so the build gets exactly the
-/// locked versions), unless they are installed since both files last
-/// changed. Packages' install scripts are not run: nothing native runs in
+/// locked versions), unless they were installed from the same
+/// `package.json` and lock file. Development dependencies are installed
+/// too (the project's own tests use them); esbuild bundles only what
+/// `app.js` imports. Packages' install scripts are not run: nothing native runs in
 /// a component, and the build runs no package's code on this machine.
 fn dependencies(dir: &Path) -> Result<()> {
     let manifest = dir.join("package.json");
@@ -92,11 +94,11 @@ fn dependencies(dir: &Path) -> Result<()> {
     }
     let lock = dir.join("package-lock.json");
     let marker = dir.join("node_modules").join(".warden-installed");
-    let changed = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    if let Some(done) = changed(&marker)
-        && changed(&manifest).is_some_and(|t| t <= done)
-        && changed(&lock).is_none_or(|t| t <= done)
-    {
+    // What was installed from: both files' text, so an edit saved while
+    // npm ran, or a copy that kept old times, is still seen.
+    let installed_from = |lock_text: &str| format!("{text}\n\0\n{lock_text}");
+    let lock_text = std::fs::read_to_string(&lock).unwrap_or_default();
+    if std::fs::read_to_string(&marker).is_ok_and(|m| m == installed_from(&lock_text)) {
         return Ok(());
     }
     let ci = lock.exists();
@@ -106,7 +108,6 @@ fn dependencies(dir: &Path) -> Result<()> {
     );
     let mut cmd = Command::new("npm");
     cmd.arg(if ci { "ci" } else { "install" }).args([
-        "--omit=dev",
         "--ignore-scripts",
         "--no-audit",
         "--no-fund",
@@ -123,6 +124,9 @@ fn dependencies(dir: &Path) -> Result<()> {
             output.status
         );
     }
-    std::fs::write(&marker, "").with_context(|| format!("cannot write {}", marker.display()))?;
+    // npm install may have written the lock file: record it as it is now.
+    let lock_text = std::fs::read_to_string(&lock).unwrap_or_default();
+    std::fs::write(&marker, installed_from(&lock_text))
+        .with_context(|| format!("cannot write {}", marker.display()))?;
     Ok(())
 }

@@ -303,6 +303,23 @@ fn up_to_date(dir: &Path, out: &Path) -> bool {
         .all(|s| s.modified.is_some_and(|t| t <= built))
 }
 
+/// Whether a file or folder of that name is one a build reads: not the
+/// build's outputs (`build`, `target`), installed packages
+/// (`node_modules`, a `venv`), caches, hidden files and folders (`.git`,
+/// `.venv`, `.pytest_cache`, an editor's `.#lock`) or an editor's swap and
+/// backup files.
+fn is_source(name: &str) -> bool {
+    !(name.starts_with('.')
+        || matches!(
+            name,
+            "build" | "target" | "node_modules" | "__pycache__" | "venv" | "4913"
+        )
+        || name.ends_with('~')
+        || name.ends_with(".swp")
+        || name.ends_with(".swx")
+        || name.ends_with(".pyc"))
+}
+
 /// One source file of a project, as last seen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
@@ -313,8 +330,7 @@ pub struct Source {
 }
 
 /// Every source file of the project in `dir`, in path order: what a build
-/// reads, so not its outputs (`build`, `target`), installed packages
-/// (`node_modules`), caches or the repository's own folder.
+/// reads ([`is_source`]).
 pub fn sources(dir: &Path) -> Vec<Source> {
     fn walk(dir: &Path, out: &mut Vec<Source>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
@@ -327,10 +343,7 @@ pub fn sources(dir: &Path) -> Vec<Source> {
         };
         for e in entries.flatten() {
             let name = e.file_name();
-            if matches!(
-                name.to_str(),
-                Some("build" | "target" | "node_modules" | "__pycache__" | ".git")
-            ) {
+            if !is_source(&name.to_string_lossy()) {
                 continue;
             }
             match e.metadata() {
@@ -357,6 +370,36 @@ pub fn sources(dir: &Path) -> Vec<Source> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn outputs_caches_hidden_and_editor_files_are_not_sources() {
+        for name in [
+            "app.py",
+            "src",
+            "Cargo.toml",
+            "package.json",
+            "requirements.txt",
+        ] {
+            assert!(is_source(name), "{name}");
+        }
+        for name in [
+            "build",
+            "target",
+            "node_modules",
+            ".git",
+            ".venv",
+            "venv",
+            ".pytest_cache",
+            "__pycache__",
+            ".#app.py",
+            "app.py~",
+            ".app.py.swp",
+            "4913",
+            "x.pyc",
+        ] {
+            assert!(!is_source(name), "{name}");
+        }
+    }
 
     #[test]
     fn names_are_checked() {

@@ -106,8 +106,13 @@ fn requirements(dir: &Path, work: &Path, componentize_py: &Path) -> Result<Optio
         );
     }
     let marker = deps.join(".warden-requirements");
-    // The same requirements, pinned, installed already: nothing to do.
-    if unpinned.is_empty() && std::fs::read_to_string(&marker).is_ok_and(|t| t == text) {
+    // What they were installed for: the same requirements (pinned), for
+    // the same interpreter, need nothing done.
+    let installed_for = format!(
+        "componentize-py {} · CPython {PYTHON_VERSION}\n{text}",
+        toolchain::COMPONENTIZE_PY
+    );
+    if unpinned.is_empty() && std::fs::read_to_string(&marker).is_ok_and(|t| t == installed_for) {
         return Ok(Some(deps));
     }
     if deps.exists() {
@@ -161,7 +166,7 @@ fn requirements(dir: &Path, work: &Path, componentize_py: &Path) -> Result<Optio
             installed.join(", ")
         }
     );
-    write(&marker, &text)?;
+    write(&marker, &installed_for)?;
     Ok(Some(deps))
 }
 
@@ -191,7 +196,7 @@ fn modules(dir: &Path, project: bool) -> Vec<String> {
                 && stem.chars().all(|c| c.is_alphanumeric() || c == '_');
             let own = matches!(
                 stem.as_str(),
-                "app" | "setup" | "conftest" | "build" | "bin" | "__pycache__"
+                "app" | "setup" | "conftest" | "build" | "bin" | "test" | "tests"
             ) || stem.starts_with("test_")
                 || stem.ends_with("_test");
             (identifier && !(project && own) && stem != "__pycache__" && stem != "bin")

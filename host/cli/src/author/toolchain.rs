@@ -24,10 +24,13 @@ pub const RUST_TARGET: &str = "wasm32-wasip2";
 
 /// Where toolchains live.
 pub fn root(data_dir: &Path) -> PathBuf {
-    match std::env::var_os("WARDEN_TOOLCHAINS") {
+    let root = match std::env::var_os("WARDEN_TOOLCHAINS") {
         Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => data_dir.join("toolchains"),
-    }
+    };
+    // The tools run from the project's folder: a relative root would be
+    // read from there.
+    std::path::absolute(&root).unwrap_or(root)
 }
 
 /// Run a command that installs something. Its output is kept, not shown:

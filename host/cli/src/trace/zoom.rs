@@ -1,4 +1,6 @@
-//! A part of a timeline: `trace --call ID` (that call, with a margin) or
+//! A part of a timeline: `trace --call ID` (that call's lane alone, from
+//! its first state to its last with a margin, and the session's spans
+//! then) or
 //! `--from S --to S` (seconds since the session began). On a session of
 //! minutes, a 2 ms hook or a 40 ms model request is under a pixel wide;
 //! zoomed to the call it belongs to, it is drawn at its size, with its
@@ -68,7 +70,10 @@ pub fn zoom(t: &mut Timeline, window: &Window) -> Result<()> {
     t.calls.retain(|c| {
         let first = c.transitions.first().map(|s| s.at);
         let last = c.transitions.last().map(|s| s.at);
-        matches!((first, last), (Some(a), Some(b)) if b >= from && a <= to)
+        let within = matches!((first, last), (Some(a), Some(b)) if b >= from && a <= to);
+        // Zoomed to a call: that call's lane alone, even when others ran
+        // beside it.
+        within && !matches!(window, Window::Call(id) if *id != c.call_id)
     });
     for c in &mut t.calls {
         c.phases = c.phases.iter().filter(|s| overlaps(s)).map(cut).collect();

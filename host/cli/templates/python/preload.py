@@ -43,6 +43,16 @@ def _skipped(name):
     )
 
 
+def _walk(module, name):
+    """Import every module of the package `module` (named `name`)."""
+    for info in pkgutil.iter_modules(module.__path__, name + "."):
+        if _skipped(info.name):
+            continue
+        sub = _load(info.name)
+        if sub is not None and info.ispkg and hasattr(sub, "__path__"):
+            _walk(sub, info.name)
+
+
 def load_all(names, what=None):
     """Import each module of `names` and every module of each package.
 
@@ -59,9 +69,7 @@ def load_all(names, what=None):
                       "it will be missing at call time", file=sys.stderr)
             continue
         if hasattr(module, "__path__"):
-            for info in pkgutil.walk_packages(module.__path__, name + ".", onerror=lambda _: None):
-                if not _skipped(info.name):
-                    _load(info.name)
+            _walk(module, name)
 
 
 load_all(sorted(sys.stdlib_module_names))
