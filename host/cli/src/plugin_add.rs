@@ -12,13 +12,10 @@ use warden_runtime::plugin::LoadedPlugin;
 use crate::app;
 use crate::plugin_cmd::{describe, resolved_dirs};
 
-#[derive(clap::Args)]
-pub struct AddArgs {
-    /// The component (.wasm) to install, or a plugin project folder (`warden plugin new`).
-    pub path: std::path::PathBuf,
-    /// Its name (default: the project's name, or the file name without extension).
-    #[arg(long)]
-    pub name: Option<String>,
+/// What the operator grants a plugin on the command line (`plugin add`,
+/// `plugin dev`): each flag adds to what it gets.
+#[derive(clap::Args, Clone, Default)]
+pub struct GrantFlags {
     /// Grant a directory: PATH, PATH:ro or PATH:rw (`.` is the session's working directory). Repeatable.
     #[arg(long = "dir")]
     pub dirs: Vec<String>,
@@ -41,6 +38,17 @@ pub struct AddArgs {
     /// allowed by a `*` rule.
     #[arg(long = "tool")]
     pub tools: Vec<String>,
+}
+
+#[derive(clap::Args)]
+pub struct AddArgs {
+    /// The component (.wasm) to install, or a plugin project folder (`warden plugin new`).
+    pub path: std::path::PathBuf,
+    /// Its name (default: the project's name, or the file name without extension).
+    #[arg(long)]
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub grant: GrantFlags,
     /// For hooks: let calls through when the hook fails.
     #[arg(long)]
     pub fail_open: bool,
@@ -98,7 +106,7 @@ pub async fn add(
     let bytes =
         std::fs::read(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     let mut grants = Grants::default();
-    for d in &args.dirs {
+    for d in &args.grant.dirs {
         let (path, mode) = match d.rsplit_once(':') {
             Some((p, "ro")) => (p, DirMode::ReadOnly),
             Some((p, "rw")) => (p, DirMode::ReadWrite),
@@ -109,20 +117,20 @@ pub async fn add(
             mode,
         });
     }
-    grants.env = args.env.clone();
-    grants.hosts = args.hosts.clone();
-    if let Some(m) = args.memory_mb {
+    grants.env = args.grant.env.clone();
+    grants.hosts = args.grant.hosts.clone();
+    if let Some(m) = args.grant.memory_mb {
         grants.memory_mb = m;
     }
-    if let Some(t) = args.timeout_ms {
+    if let Some(t) = args.grant.timeout_ms {
         grants.timeout_ms = t;
     }
-    if let Some(o) = args.max_output_kb {
+    if let Some(o) = args.grant.max_output_kb {
         grants.max_output_kb = o;
     }
     // The project's own mappings, then the installed ones over them (an
     // upgrade: those of tools it still provides), then the flags.
-    let flags = tool_mappings(&args.tools).map_err(|e| anyhow::anyhow!(e))?;
+    let flags = tool_mappings(&args.grant.tools).map_err(|e| anyhow::anyhow!(e))?;
     let project_tools = project.map(|p| p.tools).unwrap_or_default();
     let none = Default::default();
     let (grants, old_tools, fail_open, disabled) = match &previous {
@@ -130,7 +138,11 @@ pub async fn add(
             crate::plugin_upgrade::grants(
                 &old.grants,
                 &grants,
-                [args.memory_mb, args.timeout_ms, args.max_output_kb],
+                [
+                    args.grant.memory_mb,
+                    args.grant.timeout_ms,
+                    args.grant.max_output_kb,
+                ],
             ),
             &old.tools,
             args.fail_open || old.fail_open,

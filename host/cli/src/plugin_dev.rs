@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::author::{self, Project, Source};
-use crate::plugin_add::AddArgs;
+use crate::plugin_add::{AddArgs, GrantFlags};
 
 /// How often the sources are looked at.
 pub const POLL: Duration = Duration::from_millis(300);
@@ -30,18 +30,8 @@ pub struct DevArgs {
     /// Install under this name (default: the project's).
     #[arg(long)]
     pub name: Option<String>,
-    /// Grant a directory: PATH, PATH:ro or PATH:rw (`.` is the session's working directory). Repeatable.
-    #[arg(long = "dir")]
-    pub dirs: Vec<String>,
-    /// Pass an environment variable through. Repeatable.
-    #[arg(long = "env")]
-    pub env: Vec<String>,
-    /// Allow outgoing HTTP to a host. Repeatable.
-    #[arg(long = "host")]
-    pub hosts: Vec<String>,
-    /// How the permission rules see a tool (`TOOL:PERMISSION[:path=ARG|:url=ARG]`), as for `plugin add`. Repeatable.
-    #[arg(long = "tool")]
-    pub tools: Vec<String>,
+    #[command(flatten)]
+    pub grant: GrantFlags,
     /// Replace an installed plugin of the same name (its grants kept), as
     /// `plugin add --replace` does.
     #[arg(long)]
@@ -81,13 +71,7 @@ pub async fn dev(args: DevArgs, config: &warden_core::Config, data_dir: &Path) -
     let first = AddArgs {
         path: dir.clone(),
         name: Some(name.clone()),
-        dirs: args.dirs.clone(),
-        env: args.env.clone(),
-        hosts: args.hosts.clone(),
-        memory_mb: None,
-        timeout_ms: None,
-        max_output_kb: None,
-        tools: args.tools.clone(),
+        grant: args.grant.clone(),
         fail_open: false,
         replace: installed,
         build: true,
@@ -113,13 +97,11 @@ pub async fn dev(args: DevArgs, config: &warden_core::Config, data_dir: &Path) -
         let again = AddArgs {
             path: dir.clone(),
             name: Some(name.clone()),
-            dirs: Vec::new(),
-            env: Vec::new(),
-            hosts: Vec::new(),
-            memory_mb: None,
-            timeout_ms: None,
-            max_output_kb: None,
-            tools: args.tools.clone(),
+            // Kept from the install; the tool mappings given apply again.
+            grant: GrantFlags {
+                tools: args.grant.tools.clone(),
+                ..GrantFlags::default()
+            },
             fail_open: false,
             replace: true,
             build: true,
