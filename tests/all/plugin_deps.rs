@@ -219,12 +219,18 @@ fn walk(w: Walk) {
         &["plugin", "add", path, "--dir", ".:ro", "--yes"],
     );
     let out = call();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), w.prints);
+    // What the tool logged, a line of its own, beside the decisions.
+    let said: Vec<&str> = stderr.lines().map(str::trim).collect();
+    let logged = format!("INFO counted hello.txt plugin=\"{name}\"");
+    assert!(said.contains(&logged.as_str()), "{stderr}");
+    assert!(
+        said.iter()
+            .any(|l| l.starts_with(&format!("tool {name} ran: ok"))),
+        "{stderr}"
+    );
 
     let (file, from, to) = w.edit;
     edit(&project.join(file), from, to);

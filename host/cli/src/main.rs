@@ -151,23 +151,31 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // A server's operator reads its log: refused connections, takeovers and
     // failed writes are warnings there. Elsewhere only errors are shown.
-    let default_log = match &cli.command {
-        Command::Serve(_) => "warn",
-        // An author calling their tool reads what it logged, every level.
+    // An author calling their tool reads what it logged, every level, as
+    // lines of their own: no timestamps, no module path.
+    let calling = matches!(
+        &cli.command,
         Command::Plugin {
             command: plugin_cmd::PluginCommand::Call(_),
             ..
-        } => "error,warden_runtime::host_calls=debug",
+        }
+    );
+    let default_log = match &cli.command {
+        Command::Serve(_) => "warn",
+        _ if calling => "error,warden_runtime::host_calls=debug",
         _ => "error",
     };
-    tracing_subscriber::fmt()
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
+        .unwrap_or_else(|_| default_log.into());
+    let log = tracing_subscriber::fmt()
         .with_writer(|| SafeStderr)
         .with_ansi(false)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
-                .unwrap_or_else(|_| default_log.into()),
-        )
-        .init();
+        .with_env_filter(filter);
+    if calling {
+        log.without_time().with_target(false).init();
+    } else {
+        log.init();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
