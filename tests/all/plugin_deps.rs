@@ -155,7 +155,7 @@ Tool = warden.Tool
 }
 
 /// One edit of a project file: `from` must be there.
-fn edit(file: &Path, from: &str, to: &str) {
+pub(crate) fn edit(file: &Path, from: &str, to: &str) {
     let text = std::fs::read_to_string(file).unwrap();
     assert!(
         text.contains(from),

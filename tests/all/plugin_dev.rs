@@ -11,6 +11,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::common::Env;
+use crate::plugin_deps::edit;
 use crate::plugin_new::author;
 
 /// `plugin dev` running, and the lines of its standard error.
@@ -69,12 +70,6 @@ fn call(env: &Env) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn edit(file: &Path, from: &str, to: &str) {
-    let text = std::fs::read_to_string(file).unwrap();
-    assert!(text.contains(from), "{} has no {from:?}", file.display());
-    std::fs::write(file, text.replace(from, to)).unwrap();
 }
 
 #[test]

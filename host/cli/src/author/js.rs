@@ -14,7 +14,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 use super::{Kind, Project, toolchain};
 
@@ -106,24 +106,20 @@ fn dependencies(dir: &Path) -> Result<()> {
         "warden: npm {} (the dependencies package.json lists; no install scripts)",
         if ci { "ci" } else { "install" }
     );
-    let mut cmd = Command::new("npm");
-    cmd.arg(if ci { "ci" } else { "install" }).args([
-        "--ignore-scripts",
-        "--no-audit",
-        "--no-fund",
-        "--loglevel",
-        "error",
-    ]);
-    let output = cmd.current_dir(dir).output().map_err(|e| {
-        anyhow::anyhow!("cannot run npm: {e}; install Node.js 18 or later (with npm)")
-    })?;
-    if !output.status.success() {
-        eprint!("{}", String::from_utf8_lossy(&output.stderr));
-        bail!(
-            "npm could not install package.json's dependencies ({}; its errors are above)",
-            output.status
-        );
-    }
+    toolchain::run(
+        Command::new("npm")
+            .arg(if ci { "ci" } else { "install" })
+            .args([
+                "--ignore-scripts",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel",
+                "error",
+            ])
+            .current_dir(dir),
+        "npm's install of package.json's dependencies",
+        "install Node.js 18 or later (with npm), and check package.json's dependencies and the npm registry",
+    )?;
     // npm install may have written the lock file: record it as it is now.
     let lock_text = std::fs::read_to_string(&lock).unwrap_or_default();
     std::fs::write(&marker, installed_from(&lock_text))

@@ -124,39 +124,34 @@ fn requirements(dir: &Path, work: &Path, componentize_py: &Path) -> Result<Optio
     eprintln!(
         "warden: pip install -r requirements.txt (pure-Python wheels for CPython {PYTHON_VERSION})"
     );
-    let output = Command::new(&pip)
-        .args([
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--progress-bar",
-            "off",
-            "--no-compile",
-            "--only-binary=:all:",
-            "--implementation",
-            "py",
-            "--abi",
-            "none",
-            "--platform",
-            "any",
-            "--python-version",
-            PYTHON_VERSION,
-            "--target",
-        ])
-        .arg(&deps)
-        .arg("-r")
-        .arg(&file)
-        .current_dir(dir)
-        .env_remove("VIRTUAL_ENV")
-        .output()
-        .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", pip.display()))?;
-    if !output.status.success() {
-        eprint!("{}", String::from_utf8_lossy(&output.stderr));
-        bail!(
-            "pip could not install requirements.txt ({}; its errors are above). A component runs only pure-Python code: a package with native code (or with no wheel, only a source archive) cannot be used; \"no matching distribution\" usually means that",
-            output.status
-        );
-    }
+    toolchain::run(
+        Command::new(&pip)
+            .args([
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--progress-bar",
+                "off",
+                "--no-compile",
+                "--only-binary=:all:",
+                "--implementation",
+                "py",
+                "--abi",
+                "none",
+                "--platform",
+                "any",
+                "--python-version",
+                PYTHON_VERSION,
+                "--target",
+            ])
+            .arg(&deps)
+            .arg("-r")
+            .arg(&file)
+            .current_dir(dir)
+            .env_remove("VIRTUAL_ENV"),
+        "pip install -r requirements.txt",
+        "a component runs only pure-Python code: a package with native code (or with no wheel, only a source archive) cannot be used, and \"no matching distribution\" usually means that",
+    )?;
     let installed = installed(&deps);
     eprintln!(
         "warden: Python dependencies: {}",

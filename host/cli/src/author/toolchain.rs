@@ -33,10 +33,11 @@ pub fn root(data_dir: &Path) -> PathBuf {
     std::path::absolute(&root).unwrap_or(root)
 }
 
-/// Run a command that installs something. Its output is kept, not shown:
+/// Run a command that installs something (a toolchain, or a project's
+/// dependencies). Its output is kept, not shown:
 /// the install is one line of progress, and the output is printed (its
 /// last lines) only when the command fails, to say why.
-fn run(cmd: &mut Command, what: &str, needs: &str) -> Result<()> {
+pub(super) fn run(cmd: &mut Command, what: &str, needs: &str) -> Result<()> {
     let out = cmd.output().map_err(|e| {
         anyhow::anyhow!("cannot run {:?} to {what}: {e}; {needs}", cmd.get_program())
     })?;
