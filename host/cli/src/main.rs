@@ -22,6 +22,7 @@ macro_rules! say {
     }};
 }
 
+mod acp_cmd;
 mod app;
 mod audit_cmd;
 mod author;
@@ -108,6 +109,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Serve every loaded tool to MCP clients over stdio (each call checked like a session's).
     Mcp(mcp_cmd::McpArgs),
+    /// Be an Agent Client Protocol agent on stdio, for editors (Zed, JetBrains, Neovim).
+    Acp(acp_cmd::AcpArgs),
     /// Check a ledger file for damage, or move a ledger to another backend.
     Ledger {
         #[command(subcommand)]
@@ -197,6 +200,7 @@ fn main() -> ExitCode {
             Command::Plugin { command, common } => plugin_cmd::plugin(command, common).await,
             Command::Serve(args) => serve::serve(args).await,
             Command::Mcp(args) => mcp_cmd::mcp(args).await,
+            Command::Acp(args) => acp_cmd::acp(args).await,
             Command::Trust(args) => trust_cmd::trust(args),
         }
     });

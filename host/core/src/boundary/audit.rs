@@ -20,6 +20,8 @@ pub const MAX_AUDIT_ROWS: usize = 64;
 /// Where in the boundary a row was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
+    /// The front end that drives the session (see `caller.rs`).
+    Caller,
     /// The call's own permission (and warden's protected files).
     Permission,
     /// A before hook, or the check whether it may see the call.
@@ -53,6 +55,7 @@ impl Stage {
 impl fmt::Display for Stage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Stage::Caller => "caller",
             Stage::Permission => "permission",
             Stage::Before => "before",
             Stage::Tool => "tool",
@@ -69,6 +72,8 @@ impl fmt::Display for Stage {
 /// What was decided at a stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
+    /// A front end made the call (on its prompt's behalf).
+    Called,
     /// A rule allowed it.
     Allowed,
     /// A rule denied it.
@@ -86,6 +91,7 @@ pub enum Decision {
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Decision::Called => f.write_str("called"),
             Decision::Allowed => f.write_str("allowed"),
             Decision::Denied => f.write_str("denied"),
             Decision::Asked(r) => write!(

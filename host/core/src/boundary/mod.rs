@@ -21,6 +21,7 @@
 
 pub(crate) mod admission;
 pub mod audit;
+pub mod caller;
 pub mod doom;
 pub mod failure;
 pub mod gate;
@@ -35,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use warden_protocol::Action;
 
 pub use audit::{Decision, MAX_AUDIT_ROWS, Outcome, Stage, Trail};
+pub use caller::{CallerGuard, Callers};
 pub use failure::{CallFailure, HookStage};
 pub use gate::{Metadata, Question, Rules, Verdict};
 
@@ -52,6 +54,8 @@ pub struct CallEnv {
     pub tools: Registry,
     /// Paths no tool may touch through its path argument, whatever the rules.
     protected: Arc<[Protected]>,
+    /// The front ends with sessions open, named first in each call's trail.
+    callers: Callers,
 }
 
 /// A path that belongs to warden itself.
@@ -69,7 +73,14 @@ impl CallEnv {
             permissions,
             tools,
             protected: Arc::from(Vec::new()),
+            callers: Callers::default(),
         }
+    }
+
+    /// Name the front ends that have sessions open in each call's trail.
+    pub fn naming(mut self, callers: Callers) -> CallEnv {
+        self.callers = callers;
+        self
     }
 
     /// Paths that are off limits to tools (warden's config file and data dir).
@@ -147,6 +158,15 @@ pub struct Report {
 /// Run one call through the boundary.
 pub async fn run_audited(env: &CallEnv, req: CallRequest) -> Report {
     let trail = Trail::new(&req.ctx);
+    // Who drives the session comes first in the call's trail.
+    if let Some(who) = env.callers.of(&req.ctx.session_id) {
+        trail.push(audit::Row::new(
+            audit::Stage::Caller,
+            who,
+            audit::Decision::Called,
+            audit::Outcome::Said(req.tool.id.clone()),
+        ));
+    }
     let observer: Arc<dyn CallObserver> = Arc::new(observer::Observer {
         env: env.clone(),
         trail: trail.clone(),

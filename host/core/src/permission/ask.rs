@@ -452,6 +452,49 @@ impl Permissions {
         Ok(())
     }
 
+    /// Refuse a pending question and every later one like it in this
+    /// session: literal deny rules for the request's `always` patterns are
+    /// added to the session's rules before the asker wakes (the refusal an
+    /// editor's "reject always" means). Globs are not turned into rules, as
+    /// for `Always`.
+    pub async fn reject_always(&self, request_id: &str) -> Result<(), String> {
+        let request = self
+            .lock()
+            .pending
+            .get(request_id)
+            .map(|p| p.request.clone());
+        if let Some(request) = request {
+            let literal = super::policy::is_literal(&request.permission);
+            let denied: Vec<Rule> = request
+                .always
+                .iter()
+                .filter(|pattern| literal && super::policy::is_literal(pattern))
+                .map(|pattern| Rule {
+                    permission: request.permission.clone(),
+                    pattern: pattern.clone(),
+                    action: Action::Deny,
+                })
+                .collect();
+            if !denied.is_empty() {
+                self.inner
+                    .ledger
+                    .update_session_permission(&request.session_id, |rules| rules.extend(denied))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        self.reply(request_id, PermissionReply::Reject).await
+    }
+
+    /// Settle a pending question as one nobody could answer: the front end
+    /// that was asked has no way to ask its user (its client refused the
+    /// request, or does not implement it). The asker is told what it is told
+    /// when nobody is attached, never that the call was allowed. `false`
+    /// when the question was no longer pending.
+    pub fn unanswerable(&self, request_id: &str) -> bool {
+        self.inner.settle(request_id, Refusal::Nobody)
+    }
+
     async fn allow_for_session(
         &self,
         session_id: &SessionId,

@@ -89,6 +89,8 @@ pub(crate) struct CoreInner {
     pub holder: String,
     pub options: CoreOptions,
     pub protected: Arc<[crate::boundary::Protected]>,
+    /// Front ends naming themselves in the trails of their sessions' calls.
+    pub callers: crate::boundary::Callers,
 }
 
 impl CoreInner {
@@ -100,6 +102,7 @@ impl CoreInner {
             self.tools.clone(),
         )
         .protecting(self.protected.clone())
+        .naming(self.callers.clone())
     }
 }
 
@@ -142,6 +145,7 @@ impl Core {
                     .clone()
                     .unwrap_or_else(crate::hosts::holder::holder_id),
                 protected: options.protected.clone().into(),
+                callers: Default::default(),
                 options,
             }),
         })
@@ -177,6 +181,11 @@ impl Core {
     /// such as the MCP server.
     pub fn call_env(&self) -> crate::boundary::CallEnv {
         self.inner.call_env()
+    }
+
+    /// The front ends naming themselves in their sessions' audit trails.
+    pub fn callers(&self) -> &crate::boundary::Callers {
+        &self.inner.callers
     }
 
     /// A session's status in this process.
