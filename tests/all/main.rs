@@ -6,6 +6,7 @@
 mod common;
 mod mock_provider;
 
+mod acp;
 mod adversarial;
 mod bad_input;
 mod builtin_tools;

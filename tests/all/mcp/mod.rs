@@ -2,7 +2,7 @@
 //! rmcp's client, the Python reference SDK and OpenCode; an MCP server from
 //! npm used as a tool inside a warden session.
 
-mod deps;
+pub(crate) mod deps;
 mod in_session;
 mod opencode;
 mod remote;
