@@ -398,6 +398,33 @@ async fn a_cancel_mid_call_interrupts_the_guest_and_the_prompt_answers_cancelled
     }
 }
 
+#[test]
+fn a_retry_and_the_models_reasoning_are_shown_as_thoughts() {
+    let env = Env::new();
+    env.config(json!({"retry": {"max_attempts": 3, "initial_delay_ms": 10, "factor": 2.0, "max_delay_ms": 50}}));
+    env.cassette(json!([
+        {"error": {"kind": "rate-limited", "message": "slow down", "retry_after_ms": 10}},
+        {"reasoning": "The user greets me.", "text": "Hello."}
+    ]));
+    let model = scripted(&env);
+    let seen = drive(
+        &env,
+        &["--model", &model],
+        json!([]),
+        json!([{"do": "initialize"}, {"do": "new", "cwd": env.project()}, {"do": "prompt", "text": "hi"}]),
+    );
+    let thoughts: Vec<&str> = entries(&seen, "update")
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_thought_chunk")
+        .map(|u| u["content"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(thoughts.len(), 2, "{thoughts:?}");
+    assert!(thoughts[0].contains("slow down") && thoughts[0].contains("attempt 1"), "{}", thoughts[0]);
+    assert_eq!(thoughts[1], "The user greets me.");
+    assert_eq!(said(&seen, "agent_message_chunk"), "Hello.");
+    assert_eq!(entries(&seen, "prompt")[0]["stopReason"], "end_turn");
+}
+
 /// `warden acp` on raw lines: each answer by its id.
 struct Raw {
     child: std::process::Child,
