@@ -419,7 +419,11 @@ fn a_retry_and_the_models_reasoning_are_shown_as_thoughts() {
         .map(|u| u["content"]["text"].as_str().unwrap())
         .collect();
     assert_eq!(thoughts.len(), 2, "{thoughts:?}");
-    assert!(thoughts[0].contains("slow down") && thoughts[0].contains("attempt 1"), "{}", thoughts[0]);
+    assert!(
+        thoughts[0].contains("slow down") && thoughts[0].contains("attempt 1"),
+        "{}",
+        thoughts[0]
+    );
     assert_eq!(thoughts[1], "The user greets me.");
     assert_eq!(said(&seen, "agent_message_chunk"), "Hello.");
     assert_eq!(entries(&seen, "prompt")[0]["stopReason"], "end_turn");

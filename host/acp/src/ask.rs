@@ -155,7 +155,7 @@ mod tests {
         options(r)
             .iter()
             .map(|o| {
-                serde_json::to_value(&o.kind)
+                serde_json::to_value(o.kind)
                     .unwrap()
                     .as_str()
                     .unwrap()

@@ -55,7 +55,11 @@ where
     let mut input = tokio::io::BufReader::new(input);
     let mut requests = JoinSet::new();
     let ended = loop {
-        let line = match rpc::read_line(&mut input).await {
+        let read = tokio::select! {
+            read = rpc::read_line(&mut input) => read,
+            _ = peer.gone() => break Ok(()),
+        };
+        let line = match read {
             Ok(Line::Text(line)) => line,
             Ok(Line::TooLong) => {
                 peer.respond(

@@ -7,7 +7,7 @@
 //! (`session/request_permission`) until their answers come back.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agent_client_protocol_schema::v1::{Error, RequestId};
@@ -15,10 +15,15 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 /// The longest line accepted: a prompt with embedded files fits; a line
 /// past it is answered with a parse error and skipped.
 pub const MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// The most bytes queued for a client that does not read: past it the
+/// connection is ended (its runs aborted), never grown without bound.
+pub const MAX_QUEUED: usize = 64 * 1024 * 1024;
 
 /// JSON-RPC's error codes.
 pub mod code {
@@ -57,15 +62,15 @@ pub struct Malformed {
     pub error: Error,
 }
 
-fn malformed(id: RequestId, code: i32, message: impl Into<String>) -> Malformed {
-    Malformed {
+fn malformed(id: RequestId, code: i32, message: impl Into<String>) -> Box<Malformed> {
+    Box::new(Malformed {
         id,
         error: Error::new(code, message),
-    }
+    })
 }
 
 /// Read what one line holds.
-pub fn parse(line: &[u8]) -> Result<Incoming, Malformed> {
+pub fn parse(line: &[u8]) -> Result<Incoming, Box<Malformed>> {
     let value: Value = serde_json::from_slice(line).map_err(|e| {
         malformed(
             RequestId::Null,
@@ -192,6 +197,11 @@ pub struct Peer {
     out: mpsc::UnboundedSender<String>,
     waiting: Arc<Mutex<Waiting>>,
     next: Arc<AtomicI64>,
+    /// Bytes handed to the writer and not yet written.
+    queued: Arc<AtomicUsize>,
+    /// Cancelled when the client can no longer be written to (it closed
+    /// its end, or stopped reading past [`MAX_QUEUED`]).
+    gone: CancellationToken,
 }
 
 impl Peer {
@@ -201,16 +211,27 @@ impl Peer {
         mut output: W,
     ) -> (Peer, tokio::task::JoinHandle<()>) {
         let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-        let writer = tokio::spawn(async move {
-            while let Some(line) = rx.recv().await {
-                let written = async {
-                    output.write_all(line.as_bytes()).await?;
-                    output.write_all(b"\n").await?;
-                    output.flush().await
-                };
-                if let Err(e) = written.await {
-                    tracing::warn!(error = %e, "cannot write to the ACP client; it has gone");
-                    return;
+        let queued = Arc::new(AtomicUsize::new(0));
+        let gone = CancellationToken::new();
+        let writer = tokio::spawn({
+            let (queued, gone) = (queued.clone(), gone.clone());
+            async move {
+                while let Some(line) = rx.recv().await {
+                    let written = async {
+                        output.write_all(line.as_bytes()).await?;
+                        output.write_all(b"\n").await?;
+                        output.flush().await
+                    };
+                    let result = tokio::select! {
+                        r = written => r,
+                        _ = gone.cancelled() => return,
+                    };
+                    queued.fetch_sub(line.len(), Ordering::Relaxed);
+                    if let Err(e) = result {
+                        tracing::warn!(error = %e, "cannot write to the ACP client; it has gone");
+                        gone.cancel();
+                        return;
+                    }
                 }
             }
         });
@@ -219,14 +240,34 @@ impl Peer {
                 out: tx,
                 waiting: Arc::default(),
                 next: Arc::new(AtomicI64::new(0)),
+                queued,
+                gone,
             },
             writer,
         )
     }
 
     fn send(&self, message: Value) {
+        if self.gone.is_cancelled() {
+            return;
+        }
+        let line = message.to_string();
+        let queued = self.queued.fetch_add(line.len(), Ordering::Relaxed) + line.len();
+        if queued > MAX_QUEUED {
+            tracing::error!(
+                queued,
+                "the ACP client stopped reading: over {MAX_QUEUED} bytes wait for it; ending the connection"
+            );
+            self.gone.cancel();
+            return;
+        }
         // A client that has gone takes nothing more; the reader sees it end.
-        let _ = self.out.send(message.to_string());
+        let _ = self.out.send(line);
+    }
+
+    /// Resolves when the client can no longer be written to.
+    pub async fn gone(&self) {
+        self.gone.cancelled().await
     }
 
     /// Answer a request.
@@ -381,5 +422,23 @@ mod tests {
         assert!(!peer.answered(&RequestId::Number(99), Ok(Value::Null)));
         assert!(peer.answered(&id, Ok(json!({"ok": true}))));
         assert_eq!(asking.await.unwrap().unwrap(), json!({"ok": true}));
+    }
+
+    #[tokio::test]
+    async fn a_client_that_stops_reading_is_let_go_not_buffered_forever() {
+        let (_client, server) = tokio::io::duplex(1024);
+        let (peer, writer) = Peer::new(server);
+        let big = "x".repeat(1 << 20);
+        for _ in 0..(MAX_QUEUED >> 20) + 2 {
+            peer.notify("session/update", json!({"text": big}));
+        }
+        tokio::time::timeout(std::time::Duration::from_secs(10), peer.gone())
+            .await
+            .expect("the connection is ended past the limit");
+        drop(peer);
+        tokio::time::timeout(std::time::Duration::from_secs(10), writer)
+            .await
+            .expect("the writer stops")
+            .unwrap();
     }
 }

@@ -10,10 +10,13 @@ use std::sync::{Arc, Mutex};
 
 use warden_protocol::SessionId;
 
+/// Each session's open callers: a guard's id and the name it gave.
+type Open = HashMap<SessionId, Vec<(u64, String)>>;
+
 /// The front ends with sessions open in this process. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct Callers {
-    open: Arc<Mutex<HashMap<SessionId, Vec<(u64, String)>>>>,
+    open: Arc<Mutex<Open>>,
     next: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -37,7 +40,7 @@ impl Drop for CallerGuard {
 }
 
 impl Callers {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Vec<(u64, String)>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
 

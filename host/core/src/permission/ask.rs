@@ -198,6 +198,25 @@ impl Inner {
     }
 }
 
+/// The session rules an "always" answer adds: only a literal permission and
+/// literal patterns become rules; a glob here would cover more than the
+/// question was about.
+fn literal_rules(request: &PermissionRequest, action: Action) -> Vec<Rule> {
+    if !super::policy::is_literal(&request.permission) {
+        return Vec::new();
+    }
+    request
+        .always
+        .iter()
+        .filter(|pattern| super::policy::is_literal(pattern))
+        .map(|pattern| Rule {
+            permission: request.permission.clone(),
+            pattern: pattern.clone(),
+            action,
+        })
+        .collect()
+}
+
 /// The question service. Cheap to clone.
 #[derive(Clone)]
 pub struct Permissions {
@@ -425,20 +444,7 @@ impl Permissions {
         }
         // The rules an `always` adds exist before the asker goes on.
         if reply == PermissionReply::Always {
-            // Only a literal permission and literal patterns become rules; a
-            // glob here would allow more than the question was about.
-            let literal = super::policy::is_literal(&p.request.permission);
-            let added: Vec<Rule> = p
-                .request
-                .always
-                .iter()
-                .filter(|pattern| literal && super::policy::is_literal(pattern))
-                .map(|pattern| Rule {
-                    permission: p.request.permission.clone(),
-                    pattern: pattern.clone(),
-                    action: Action::Allow,
-                })
-                .collect();
+            let added = literal_rules(&p.request, Action::Allow);
             self.allow_for_session(&session_id, added).await?;
         }
         // Published before the asker wakes, so the answer is on the bus before
@@ -464,17 +470,7 @@ impl Permissions {
             .get(request_id)
             .map(|p| p.request.clone());
         if let Some(request) = request {
-            let literal = super::policy::is_literal(&request.permission);
-            let denied: Vec<Rule> = request
-                .always
-                .iter()
-                .filter(|pattern| literal && super::policy::is_literal(pattern))
-                .map(|pattern| Rule {
-                    permission: request.permission.clone(),
-                    pattern: pattern.clone(),
-                    action: Action::Deny,
-                })
-                .collect();
+            let denied = literal_rules(&request, Action::Deny);
             if !denied.is_empty() {
                 self.inner
                     .ledger
