@@ -532,6 +532,9 @@ fn bad_json_rpc_is_answered_with_errors_and_the_agent_keeps_serving() {
         assert_eq!(c, *code, "{line}: {m}");
         assert!(m.contains(says), "{line}: {m}");
     }
+    // Params may be left out where every field is optional.
+    let listed = acp.ask(r#"{"jsonrpc":"2.0","id":16,"method":"session/list"}"#);
+    assert_eq!(listed["result"]["sessions"], json!([]), "{listed}");
     // Notifications get no answer, even bad ones; the next request is answered.
     acp.send(r#"{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"ses_nope"}}"#);
     acp.send(r#"{"jsonrpc":"2.0","method":"session/cancel","params":7}"#);

@@ -132,6 +132,9 @@ impl Agent {
 
     /// Answer one request.
     pub async fn handle(&self, method: &str, params: &Value) -> Result<Value, Error> {
+        // Params left out are an empty object (JSON-RPC allows omitting them).
+        let empty = json!({});
+        let params = if params.is_null() { &empty } else { params };
         let request =
             ClientRequest::from_method_and_params(method, params).map_err(|e| match e {
                 MethodDispatchError::UnknownMethod { .. } => error(
