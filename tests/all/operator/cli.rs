@@ -145,7 +145,7 @@ fn the_help_lists_every_command() {
     assert_eq!(
         listed,
         [
-            "run", "demo", "session", "trace", "audit", "serve", "mcp", "ledger", "trust",
+            "run", "demo", "session", "trace", "audit", "serve", "mcp", "acp", "ledger", "trust",
             "plugin", "help"
         ]
     );
