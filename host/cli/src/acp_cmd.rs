@@ -36,12 +36,7 @@ pub async fn acp(args: AcpArgs) -> Result<ExitCode> {
     };
     // What this host runs: sessions in its directory, and no cassette but
     // the operator's own (an editor cannot name one).
-    let admission = warden_core::session::admission::Admission {
-        root: Some(root.clone()),
-        scripted: warden_core::session::admission::Scripted::Operators {
-            also: model.clone(),
-        },
-    };
+    let admission = app::serving(&root, model.as_ref(), false);
     let app = app::build_with(&args.common, &root, admission).await?;
     if let Some(m) = &model {
         app.core

@@ -124,6 +124,27 @@ pub async fn build(common: &Common, dir: &Path) -> Result<App> {
     .await
 }
 
+/// What a host serving clients in `root` runs (`serve`, `acp`): sessions in
+/// that directory, and cassettes only the operator's own `--model`, unless
+/// `any_scripted` lets clients name them.
+pub fn serving(
+    root: &Path,
+    model: Option<&warden_protocol::ModelRef>,
+    any_scripted: bool,
+) -> warden_core::session::admission::Admission {
+    use warden_core::session::admission::{Admission, Scripted};
+    Admission {
+        root: Some(root.to_path_buf()),
+        scripted: if any_scripted {
+            Scripted::Any
+        } else {
+            Scripted::Operators {
+                also: model.cloned(),
+            }
+        },
+    }
+}
+
 /// The same, for a host with a policy of its own for what it runs (`serve`).
 pub async fn build_with(
     common: &Common,

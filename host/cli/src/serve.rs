@@ -96,16 +96,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
         .with_context(|| format!("--dir {}: cannot be used", dir.display()))?;
     // What this host runs, whichever host accepted the prompt: sessions in
     // its directory, cassettes only its own unless --allow-scripted.
-    let admission = warden_core::session::admission::Admission {
-        root: Some(dir.clone()),
-        scripted: if args.allow_scripted {
-            warden_core::session::admission::Scripted::Any
-        } else {
-            warden_core::session::admission::Scripted::Operators {
-                also: model.clone(),
-            }
-        },
-    };
+    let admission = app::serving(&dir, model.as_ref(), args.allow_scripted);
     let app = app::build_with(&args.common, &dir, admission).await?;
     // On a ledger shared by hosts, a client of another host may answer this
     // host's questions (the relay carries the answer; see permission/ask.rs).
