@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use agent_client_protocol_schema::v1::{
     self as acp, AgentCapabilities, AuthenticateResponse, ClientCapabilities, ClientRequest,
@@ -81,8 +81,29 @@ impl Client {
 pub struct Open {
     pub directory: PathBuf,
     /// Set while a prompt runs: cancelling it aborts the run.
-    pub prompting: Option<CancellationToken>,
+    pub prompting: Option<Arc<CancellationToken>>,
     _caller: CallerGuard,
+}
+
+/// A prompt under way in a session; the session is free again when it drops.
+pub struct Prompting {
+    agent: Arc<Agent>,
+    pub id: SessionId,
+    pub token: Arc<CancellationToken>,
+}
+
+impl Drop for Prompting {
+    fn drop(&mut self) {
+        let mut open = self.agent.lock_open();
+        if let Some(session) = open.get_mut(&self.id)
+            && session
+                .prompting
+                .as_ref()
+                .is_some_and(|t| Arc::ptr_eq(t, &self.token))
+        {
+            session.prompting = None;
+        }
+    }
 }
 
 /// The connection's state.
@@ -131,7 +152,12 @@ impl Agent {
     }
 
     /// Answer one request.
-    pub async fn handle(&self, method: &str, params: &Value) -> Result<Value, Error> {
+    pub async fn handle(
+        self: &Arc<Self>,
+        method: &str,
+        params: &Value,
+        prompting: Option<Prompting>,
+    ) -> Result<Value, Error> {
         // Params left out are an empty object (JSON-RPC allows omitting them).
         let empty = json!({});
         let params = if params.is_null() { &empty } else { params };
@@ -151,9 +177,19 @@ impl Agent {
         }
         match request {
             ClientRequest::InitializeRequest(r) => {
+                if self.lock_client().is_some() {
+                    return Err(error(
+                        code::INVALID_REQUEST,
+                        "the connection is initialized already; initialize is sent once",
+                    ));
+                }
                 let name = r
                     .client_info
-                    .map(|i| format!("{} {}", i.name, i.version).trim().to_string())
+                    .map(|i| {
+                        format!("{} {}", clean(&i.name), clean(&i.version))
+                            .trim()
+                            .to_string()
+                    })
                     .unwrap_or_default();
                 *self.lock_client() = Some(Client {
                     name,
@@ -163,11 +199,7 @@ impl Agent {
             }
             ClientRequest::AuthenticateRequest(_) => encode(AuthenticateResponse::new()),
             ClientRequest::NewSessionRequest(r) => {
-                if !r.additional_directories.is_empty() {
-                    return Err(invalid(
-                        "warden sessions work in one directory; leave additionalDirectories out",
-                    ));
-                }
+                one_directory(&r.additional_directories)?;
                 let dir = self.confine(&r.cwd)?;
                 let ignored = self.ignore_mcp(&r.mcp_servers);
                 let title = format!("acp: {}", self.caller());
@@ -185,12 +217,15 @@ impl Agent {
                 encode(response)
             }
             ClientRequest::LoadSessionRequest(r) => {
+                one_directory(&r.additional_directories)?;
                 let id = SessionId(r.session_id.0.to_string());
                 let dir = self.reopen(&id, &r.cwd).await?;
                 let ignored = self.ignore_mcp(&r.mcp_servers);
                 let messages = self.core.ledger().messages(&id).await.map_err(internal)?;
                 let tools = Tools::new(self.core.tools().tools());
                 for update in updates::replay(&messages, &tools, &dir) {
+                    // At the client's pace: a long history is not queued whole.
+                    self.peer.room().await;
                     self.peer.notify(
                         "session/update",
                         SessionNotification::new(acp::SessionId::new(id.0.as_str()), update),
@@ -203,6 +238,7 @@ impl Agent {
                 encode(response)
             }
             ClientRequest::ResumeSessionRequest(r) => {
+                one_directory(&r.additional_directories)?;
                 let id = SessionId(r.session_id.0.to_string());
                 self.reopen(&id, &r.cwd).await?;
                 self.ignore_mcp(&r.mcp_servers);
@@ -235,12 +271,20 @@ impl Agent {
                 let Some(open) = self.lock_open().remove(&id) else {
                     return Err(not_open(&id));
                 };
-                if open.prompting.is_some() {
+                // Its run stops too (the turn keeps asking the core until it does).
+                if let Some(token) = open.prompting {
+                    token.cancel();
                     self.core.cancel(&id);
                 }
                 encode(CloseSessionResponse::new())
             }
-            ClientRequest::PromptRequest(r) => crate::turn::prompt(self, r).await,
+            ClientRequest::PromptRequest(r) => {
+                let prompting = match prompting {
+                    Some(p) => p,
+                    None => self.begin_prompt(&SessionId(r.session_id.0.to_string()))?,
+                };
+                crate::turn::prompt(self, r, prompting).await
+            }
             ClientRequest::SetSessionModeRequest(_) => Err(invalid(
                 "warden sessions have no modes; the operator's config sets the agent and its rules",
             )),
@@ -252,6 +296,30 @@ impl Agent {
                 format!("warden's ACP agent does not implement `{method}`"),
             )),
         }
+    }
+
+    /// Mark a session as running a prompt, before the prompt's task starts,
+    /// so a `session/cancel` read right after it is heard.
+    pub fn begin_prompt(self: &Arc<Self>, id: &SessionId) -> Result<Prompting, Error> {
+        let mut open = self.lock_open();
+        let Some(session) = open.get_mut(id) else {
+            return Err(not_open(id));
+        };
+        if session.prompting.is_some() {
+            return Err(error(
+                code::INVALID_REQUEST,
+                format!(
+                    "session {id} is already running a prompt; wait for its answer or send session/cancel"
+                ),
+            ));
+        }
+        let token = Arc::new(CancellationToken::new());
+        session.prompting = Some(token.clone());
+        Ok(Prompting {
+            agent: self.clone(),
+            id: id.clone(),
+            token,
+        })
     }
 
     /// A notification from the client.
@@ -373,6 +441,23 @@ impl Agent {
         );
         Some(meta)
     }
+}
+
+/// A session runs in one directory: extra roots are refused, not ignored.
+fn one_directory(extra: &[PathBuf]) -> Result<(), Error> {
+    if extra.is_empty() {
+        Ok(())
+    } else {
+        Err(invalid(
+            "warden sessions work in one directory; leave additionalDirectories out",
+        ))
+    }
+}
+
+/// What a client says of itself, as it may be stored and shown: no
+/// control characters, at most 100 characters.
+fn clean(s: &str) -> String {
+    s.chars().filter(|c| !c.is_control()).take(100).collect()
 }
 
 fn mcp_name(server: &McpServer) -> String {

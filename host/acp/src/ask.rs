@@ -18,7 +18,8 @@
 
 use agent_client_protocol_schema::v1::{
     PermissionOption, PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, ToolCallUpdate,
+    RequestPermissionResponse, SessionId, SessionNotification, SessionUpdate, ToolCallStatus,
+    ToolCallUpdate, ToolCallUpdateFields,
 };
 use warden_core::Core;
 use warden_core::permission::policy::is_literal;
@@ -79,10 +80,18 @@ pub fn options(request: &PermissionRequest) -> Vec<PermissionOption> {
     out
 }
 
-/// Ask the editor and hand its answer to the broker.
-pub async fn ask(peer: Peer, core: Core, request: PermissionRequest, call: ToolCallUpdate) {
+/// Ask the editor and hand its answer to the broker. A question of no tool
+/// call was shown as a call of its own (`synthetic`); it ends with the answer.
+pub async fn ask(
+    peer: Peer,
+    core: Core,
+    request: PermissionRequest,
+    call: ToolCallUpdate,
+    synthetic: bool,
+) {
+    let call_id = call.tool_call_id.clone();
     let params = RequestPermissionRequest::new(
-        agent_client_protocol_schema::v1::SessionId::new(request.session_id.0.as_str()),
+        SessionId::new(request.session_id.0.as_str()),
         call,
         options(&request),
     );
@@ -107,34 +116,46 @@ pub async fn ask(peer: Peer, core: Core, request: PermissionRequest, call: ToolC
         }
     };
     let offered = options(&request);
-    let settled = match chosen {
-        Some(id) if offered.iter().any(|o| o.option_id.0.as_ref() == id) => match id.as_str() {
-            ALLOW_ONCE => permissions.reply(&request.id, PermissionReply::Once).await,
-            ALLOW_ALWAYS => {
-                permissions
-                    .reply(&request.id, PermissionReply::Always)
-                    .await
-            }
-            REJECT_ALWAYS => permissions.reject_always(&request.id).await,
-            _ => {
-                permissions
-                    .reply(&request.id, PermissionReply::Reject)
-                    .await
-            }
+    let reply = |r: PermissionReply| permissions.reply(&request.id, r);
+    let settled = match chosen.as_deref() {
+        Some(id) if offered.iter().any(|o| o.option_id.0.as_ref() == id) => match id {
+            ALLOW_ONCE => reply(PermissionReply::Once).await.map(|()| true),
+            ALLOW_ALWAYS => reply(PermissionReply::Always).await.map(|()| true),
+            REJECT_ALWAYS => permissions.reject_always(&request.id).await.map(|()| false),
+            _ => reply(PermissionReply::Reject).await.map(|()| false),
         },
-        Some(id) => {
-            tracing::warn!(option = %id, "the ACP client chose an option warden did not offer");
+        other => {
+            if let Some(id) = other {
+                tracing::warn!(option = %id, "the ACP client chose an option warden did not offer");
+            }
             permissions.unanswerable(&request.id);
-            Ok(())
-        }
-        None => {
-            permissions.unanswerable(&request.id);
-            Ok(())
+            Ok(false)
         }
     };
-    if let Err(e) = settled {
-        // Settled meanwhile (the prompt was cancelled, the deadline passed).
-        tracing::debug!(error = %e, "a permission answer came too late");
+    let allowed = match settled {
+        Ok(allowed) => allowed,
+        Err(e) => {
+            // Settled meanwhile (the prompt was cancelled, the deadline passed).
+            tracing::debug!(error = %e, "a permission answer came too late");
+            false
+        }
+    };
+    if synthetic {
+        let status = if allowed {
+            ToolCallStatus::Completed
+        } else {
+            ToolCallStatus::Failed
+        };
+        peer.notify(
+            "session/update",
+            SessionNotification::new(
+                SessionId::new(request.session_id.0.as_str()),
+                SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    call_id,
+                    ToolCallUpdateFields::new().status(status),
+                )),
+            ),
+        );
     }
 }
 

@@ -19,11 +19,14 @@ pub mod rpc;
 mod turn;
 pub mod updates;
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use futures::FutureExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinSet;
 use warden_core::Core;
+use warden_protocol::SessionId;
 
 pub use agent::Options;
 use rpc::{Incoming, Line, Peer, code};
@@ -79,10 +82,27 @@ where
         }
         match rpc::parse(&line) {
             Err(bad) => peer.respond(bad.id, Err(bad.error)),
+            // Inline: what follows it is read as the initialized client's.
+            Ok(Incoming::Request { id, method, params }) if method == "initialize" => {
+                let result = guarded(agent.handle(&method, &params, None)).await;
+                peer.respond(id, result);
+            }
             Ok(Incoming::Request { id, method, params }) => {
+                // A prompt marks its session before its task starts, so a
+                // `session/cancel` read next is heard.
+                let prompting = match prompted_session(&method, &params) {
+                    Some(session) => match agent.begin_prompt(&session) {
+                        Ok(prompting) => Some(prompting),
+                        Err(e) => {
+                            peer.respond(id, Err(e));
+                            continue;
+                        }
+                    },
+                    None => None,
+                };
                 let agent = agent.clone();
                 requests.spawn(async move {
-                    let result = agent.handle(&method, &params).await;
+                    let result = guarded(agent.handle(&method, &params, prompting)).await;
                     agent.peer.respond(id, result);
                 });
             }
@@ -114,4 +134,29 @@ where
     drop(peer);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;
     ended
+}
+
+/// The session a `session/prompt` names, if its params name one.
+fn prompted_session(method: &str, params: &serde_json::Value) -> Option<SessionId> {
+    (method == "session/prompt")
+        .then(|| params.get("sessionId")?.as_str())
+        .flatten()
+        .map(|id| SessionId(id.to_string()))
+}
+
+/// A handler that panics answers with an internal error; the connection
+/// and its other requests go on.
+async fn guarded(
+    handler: impl Future<Output = Result<serde_json::Value, agent_client_protocol_schema::v1::Error>>,
+) -> Result<serde_json::Value, agent_client_protocol_schema::v1::Error> {
+    match AssertUnwindSafe(handler).catch_unwind().await {
+        Ok(result) => result,
+        Err(_) => {
+            tracing::error!("an ACP request handler panicked");
+            Err(agent::error(
+                code::INTERNAL_ERROR,
+                "warden failed on this request (a bug: please report it); the connection goes on",
+            ))
+        }
+    }
 }

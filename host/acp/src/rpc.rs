@@ -14,7 +14,7 @@ use agent_client_protocol_schema::v1::{Error, RequestId};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 /// The longest line accepted: a prompt with embedded files fits; a line
@@ -191,6 +191,22 @@ fn memchr(buf: &[u8]) -> Option<usize> {
 
 type Waiting = HashMap<RequestId, oneshot::Sender<Result<Value, Error>>>;
 
+/// Removes a request given up on from the waiting list, and sends the
+/// client `$/cancel_request` for it.
+struct Forget<'a> {
+    peer: &'a Peer,
+    id: RequestId,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        if self.peer.lock().remove(&self.id).is_some() {
+            self.peer
+                .notify("$/cancel_request", json!({"requestId": self.id}));
+        }
+    }
+}
+
 /// The client's end of the connection: what warden writes to it. Cheap to clone.
 #[derive(Clone)]
 pub struct Peer {
@@ -199,6 +215,8 @@ pub struct Peer {
     next: Arc<AtomicI64>,
     /// Bytes handed to the writer and not yet written.
     queued: Arc<AtomicUsize>,
+    /// Woken each time the writer has written a line.
+    drained: Arc<Notify>,
     /// Cancelled when the client can no longer be written to (it closed
     /// its end, or stopped reading past [`MAX_QUEUED`]).
     gone: CancellationToken,
@@ -213,8 +231,9 @@ impl Peer {
         let (tx, mut rx) = mpsc::unbounded_channel::<String>();
         let queued = Arc::new(AtomicUsize::new(0));
         let gone = CancellationToken::new();
+        let drained = Arc::new(Notify::new());
         let writer = tokio::spawn({
-            let (queued, gone) = (queued.clone(), gone.clone());
+            let (queued, gone, drained) = (queued.clone(), gone.clone(), drained.clone());
             async move {
                 while let Some(line) = rx.recv().await {
                     let written = async {
@@ -227,6 +246,7 @@ impl Peer {
                         _ = gone.cancelled() => return,
                     };
                     queued.fetch_sub(line.len(), Ordering::Relaxed);
+                    drained.notify_waiters();
                     if let Err(e) = result {
                         tracing::warn!(error = %e, "cannot write to the ACP client; it has gone");
                         gone.cancel();
@@ -241,6 +261,7 @@ impl Peer {
                 waiting: Arc::default(),
                 next: Arc::new(AtomicI64::new(0)),
                 queued,
+                drained,
                 gone,
             },
             writer,
@@ -295,13 +316,39 @@ impl Peer {
         let id = RequestId::Number(self.next.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = oneshot::channel();
         self.lock().insert(id.clone(), tx);
+        // A request given up on (its turn ended) is forgotten, and the
+        // client told it need not answer; an answer that comes anyway is dropped.
+        let forget = Forget {
+            peer: self,
+            id: id.clone(),
+        };
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        rx.await.unwrap_or_else(|_| {
+        let answer = rx.await.unwrap_or_else(|_| {
             Err(Error::new(
                 code::INTERNAL_ERROR,
                 "the client closed the connection before answering",
             ))
-        })
+        });
+        drop(forget);
+        answer
+    }
+
+    /// Wait while more than half of [`MAX_QUEUED`] waits for the client,
+    /// so a long burst (a session's replay) goes at the client's pace.
+    pub async fn room(&self) {
+        loop {
+            // Registered before the check, so a line written in between wakes it.
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.queued.load(Ordering::Relaxed) <= MAX_QUEUED / 2 || self.gone.is_cancelled() {
+                return;
+            }
+            tokio::select! {
+                _ = drained => {}
+                _ = self.gone.cancelled() => return,
+            }
+        }
     }
 
     /// Route the client's answer to the request that waits for it; `false`

@@ -13,6 +13,8 @@ use agent_client_protocol_schema::v1::{
     SessionNotification, SessionUpdate, StopReason, ToolCall, ToolCallStatus, ToolCallUpdate,
     ToolCallUpdateFields, ToolKind,
 };
+use std::collections::HashSet;
+
 use serde_json::Value;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::task::JoinSet;
@@ -23,38 +25,35 @@ use warden_protocol::{
     SessionId, SessionStatus,
 };
 
-use crate::agent::{Agent, not_open};
+use crate::agent::{Agent, Prompting, not_open};
 use crate::rpc::code;
 use crate::updates::{Stream, Tools};
 
-/// Run a prompt and answer with its stop reason.
-pub async fn prompt(agent: &Agent, request: PromptRequest) -> Result<Value, Error> {
-    let id = SessionId(request.session_id.0.to_string());
+/// Run a prompt and answer with its stop reason. The session was marked
+/// as prompting when the request was read ([`Agent::begin_prompt`]), so a
+/// cancel that follows at once is heard.
+pub async fn prompt(
+    agent: &Agent,
+    request: PromptRequest,
+    prompting: Prompting,
+) -> Result<Value, Error> {
+    let id = prompting.id.clone();
+    let token = prompting.token.clone();
     let text = prompt_text(&request.prompt)?;
-    let token = CancellationToken::new();
-    let directory = {
-        let mut open = agent.lock_open();
-        let Some(session) = open.get_mut(&id) else {
-            return Err(not_open(&id));
-        };
-        if session.prompting.is_some() {
-            return Err(Error::new(
-                code::INVALID_REQUEST,
-                format!(
-                    "session {id} is already running a prompt; wait for its answer or send session/cancel"
-                ),
-            ));
-        }
-        session.prompting = Some(token.clone());
-        session.directory.clone()
+    let Some(directory) = agent.lock_open().get(&id).map(|o| o.directory.clone()) else {
+        return Err(not_open(&id));
     };
-    let result = run(agent, &id, &directory, text, &token).await;
-    if let Some(open) = agent.lock_open().get_mut(&id) {
-        open.prompting = None;
-    }
+    let result = if token.is_cancelled() {
+        // Cancelled before it started: nothing runs.
+        Ok(None)
+    } else {
+        run(agent, &id, &directory, text, &token).await.map(Some)
+    };
+    drop(prompting);
     let stop = match result {
         _ if token.is_cancelled() => StopReason::Cancelled,
-        Ok(answer) => stop_reason(agent, &id, &answer)?,
+        Ok(None) => StopReason::Cancelled,
+        Ok(Some(answer)) => stop_reason(agent, &id, &answer)?,
         Err(e) => return Err(Error::new(code::INTERNAL_ERROR, e.to_string())),
     };
     serde_json::to_value(PromptResponse::new(stop))
@@ -109,7 +108,8 @@ async fn run(
     token: &CancellationToken,
 ) -> warden_core::Result<MessageWithParts> {
     let core = &agent.core;
-    let mut events = core.bus().subscribe();
+    // This session's events only: another session's burst cannot make it lag.
+    let mut events = core.bus().subscribe_session(id);
     let _attached = core.permissions().attach_to(id);
     let tools = Tools::new(core.tools().tools());
     let mut turn = Turn {
@@ -117,6 +117,8 @@ async fn run(
         id,
         stream: Stream::new(&tools, directory),
         asks: JoinSet::new(),
+        asked: HashSet::new(),
+        compaction: None,
     };
     let input = PromptInput {
         session_id: id.clone(),
@@ -126,26 +128,35 @@ async fn run(
     };
     let answer = core.prompt(input);
     tokio::pin!(answer);
+    // A cancel is asked of the core until it takes: the run may not have
+    // started yet when the cancel comes (the prompt is still being queued).
+    let mut cancelled = false;
     let result = loop {
         tokio::select! {
             biased;
             event = events.recv() => match event {
                 Ok(event) => turn.event(&event),
                 Err(RecvError::Lagged(n)) => {
-                    tracing::warn!(missed = n, "the ACP connection fell behind the bus; some updates were not sent");
+                    tracing::warn!(missed = n, "the ACP connection fell behind the session's events");
+                    // Text and calls catch up with their next write; a
+                    // question would wait unasked, so the waiting ones are asked now.
+                    turn.ask_pending();
                 }
                 Err(RecvError::Closed) => {}
             },
-            _ = token.cancelled(), if !token.is_cancelled() => {
-                core.cancel(id);
-            }
             result = &mut answer => break result,
+            _ = token.cancelled(), if !cancelled => {
+                cancelled = core.cancel(id);
+                if !cancelled {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            }
         }
     };
     loop {
         match events.try_recv() {
             Ok(event) => turn.event(&event),
-            Err(TryRecvError::Lagged(_)) => continue,
+            Err(TryRecvError::Lagged(_)) => turn.ask_pending(),
             Err(_) => break,
         }
     }
@@ -160,6 +171,10 @@ struct Turn<'a> {
     /// Questions being asked of the editor; dropped (aborted) with the turn,
     /// by when the loop has settled every one of them.
     asks: JoinSet<()>,
+    /// The questions asked so far, by id.
+    asked: HashSet<String>,
+    /// The compaction under way, by its part's id.
+    compaction: Option<String>,
 }
 
 impl Turn<'_> {
@@ -199,16 +214,41 @@ impl Turn<'_> {
                 }
             }
             Event::PartUpdated { part, .. } if matches!(part.body, PartBody::Compaction { .. }) => {
+                if self.compaction.is_some() {
+                    return;
+                }
+                self.compaction = Some(part.id.0.clone());
                 if self.shows(|c| c.shows_compaction()) {
                     self.send(SessionUpdate::CompactionUpdate(CompactionUpdate::new(
                         acp::CompactionId::new(part.id.0.as_str()),
-                        CompactionStatus::Completed,
+                        CompactionStatus::InProgress,
                     )));
                 } else {
                     self.send(SessionUpdate::AgentThoughtChunk(ContentChunk::new(
-                        "warden compacted the conversation: earlier messages are now sent as a summary."
+                        "warden is compacting the conversation: earlier messages will be sent as a summary."
                             .into(),
                     )));
+                }
+            }
+            // The summary's message ended: the compaction did, one way or the other.
+            Event::MessageUpdated {
+                info: MessageInfo::Assistant(a),
+            } if a.summary && a.time.completed.is_some() => {
+                let Some(compaction) = self.compaction.take() else {
+                    return;
+                };
+                if self.shows(|c| c.shows_compaction()) {
+                    let status = if a.error.is_some() {
+                        CompactionStatus::Failed
+                    } else {
+                        CompactionStatus::Completed
+                    };
+                    let mut update =
+                        CompactionUpdate::new(acp::CompactionId::new(compaction.as_str()), status);
+                    if let Some(e) = &a.error {
+                        update = update.error(e.message().to_string());
+                    }
+                    self.send(SessionUpdate::CompactionUpdate(update));
                 }
             }
             _ => {}
@@ -222,6 +262,9 @@ impl Turn<'_> {
     /// Ask the editor, about the call that asks (announced already) or,
     /// for a question of no call, about a call announced for it.
     fn ask(&mut self, request: &PermissionRequest) {
+        if !self.asked.insert(request.id.clone()) {
+            return;
+        }
         let title = format!(
             "warden asks: `{}` on {}",
             request.permission,
@@ -232,6 +275,7 @@ impl Turn<'_> {
                 .call_of(&t.message_id.0, t.call_id.as_str())
                 .map(str::to_string)
         });
+        let synthetic = known.is_none();
         let call = match known {
             Some(part) => {
                 ToolCallUpdate::new(acp::ToolCallId::new(part), ToolCallUpdateFields::new())
@@ -253,7 +297,15 @@ impl Turn<'_> {
             self.agent.core.clone(),
             request.clone(),
         );
-        self.asks.spawn(crate::ask::ask(peer, core, request, call));
+        self.asks
+            .spawn(crate::ask::ask(peer, core, request, call, synthetic));
+    }
+
+    /// Ask what waits unasked (after events were missed).
+    fn ask_pending(&mut self) {
+        for request in self.agent.core.permissions().pending(Some(self.id)) {
+            self.ask(&request);
+        }
     }
 }
 

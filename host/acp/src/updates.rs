@@ -214,6 +214,9 @@ pub struct Stream<'a> {
     /// The session's assistant messages seen so far (only their text is
     /// the agent's; the user's own prompt is not echoed).
     assistant: std::collections::HashSet<String>,
+    /// Those of them that are compaction summaries: their text is shown as
+    /// the agent's thought, not as its answer.
+    summaries: std::collections::HashSet<String>,
     /// How much of each text or reasoning part was sent, in bytes.
     sent: HashMap<String, usize>,
     /// Each call's state as last shown.
@@ -229,6 +232,7 @@ impl<'a> Stream<'a> {
             tools,
             directory,
             assistant: Default::default(),
+            summaries: Default::default(),
             sent: HashMap::new(),
             calls: HashMap::new(),
             parts: HashMap::new(),
@@ -249,6 +253,9 @@ impl<'a> Stream<'a> {
                 info: MessageInfo::Assistant(a),
             } => {
                 self.assistant.insert(a.id.0.clone());
+                if a.summary {
+                    self.summaries.insert(a.id.0.clone());
+                }
                 Vec::new()
             }
             Event::PartUpdated { part, .. } => self.part(part).into_iter().collect(),
@@ -262,9 +269,17 @@ impl<'a> Stream<'a> {
                 text,
                 ignored: false,
                 ..
-            } if self.assistant.contains(&part.message_id.0) => self
-                .more(part, text)
-                .map(|t| SessionUpdate::AgentMessageChunk(chunk(t, &part.message_id.0))),
+            } if self.assistant.contains(&part.message_id.0) => {
+                let summary = self.summaries.contains(&part.message_id.0);
+                self.more(part, text).map(|t| {
+                    let chunk = chunk(t, &part.message_id.0);
+                    if summary {
+                        SessionUpdate::AgentThoughtChunk(chunk)
+                    } else {
+                        SessionUpdate::AgentMessageChunk(chunk)
+                    }
+                })
+            }
             PartBody::Reasoning {
                 text,
                 ignored: false,
@@ -339,6 +354,7 @@ pub fn replay(
     let mut out = Vec::new();
     for m in messages {
         let user = matches!(m.info, MessageInfo::User(_));
+        let summary = matches!(&m.info, MessageInfo::Assistant(a) if a.summary);
         let id = m.info.id().0.as_str();
         for part in &m.parts {
             match &part.body {
@@ -349,6 +365,8 @@ pub fn replay(
                     ..
                 } if !text.is_empty() => out.push(if user {
                     SessionUpdate::UserMessageChunk(chunk(text, id))
+                } else if summary {
+                    SessionUpdate::AgentThoughtChunk(chunk(text, id))
                 } else {
                     SessionUpdate::AgentMessageChunk(chunk(text, id))
                 }),

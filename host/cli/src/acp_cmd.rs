@@ -45,5 +45,9 @@ pub async fn acp(args: AcpArgs) -> Result<ExitCode> {
             .with_context(|| format!("--model {m}"))?;
     }
     warden_acp::serve_stdio(app.core, warden_acp::Options { root, model }).await?;
-    Ok(ExitCode::SUCCESS)
+    // Exit now: when the client stopped reading but keeps stdin open, the
+    // runtime's stdin thread stays blocked in a read and would hold the
+    // process up at shutdown. What was written is flushed; the ledger is
+    // safe to leave at any point.
+    std::process::exit(0)
 }
