@@ -437,9 +437,15 @@ struct Raw {
 
 impl Raw {
     fn start(env: &Env) -> Raw {
+        Raw::start_with(env, &[])
+    }
+
+    fn start_with(env: &Env, args: &[&str]) -> Raw {
         let project = env.project().display().to_string();
+        let mut argv = vec!["acp", "--dir", &project];
+        argv.extend_from_slice(args);
         let mut child = env
-            .warden(&["acp", "--dir", &project])
+            .warden(&argv)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -470,6 +476,148 @@ impl Raw {
         self.send(line);
         self.next()
     }
+
+    /// Read until a message that `stop` accepts; every message read, it last.
+    fn until(&mut self, stop: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut seen = Vec::new();
+        loop {
+            let message = self.next();
+            let last = stop(&message);
+            seen.push(message);
+            if last {
+                return seen;
+            }
+        }
+    }
+
+    /// Initialize as an editor and open a session in the project; its id.
+    fn open(&mut self, env: &Env) -> String {
+        let init = self.ask(r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#);
+        assert_eq!(init["result"]["protocolVersion"], 1, "{init}");
+        let new = self.ask(&format!(
+            r#"{{"jsonrpc":"2.0","id":"new","method":"session/new","params":{{"cwd":{},"mcpServers":[]}}}}"#,
+            json!(env.project())
+        ));
+        new["result"]["sessionId"].as_str().unwrap().to_string()
+    }
+
+    fn exited(&mut self, secs: u64) -> std::process::ExitStatus {
+        exited(&mut self.child, secs)
+    }
+}
+
+/// Wait for warden to exit, at most `secs` (a hang fails the test instead
+/// of holding the suite).
+fn exited(child: &mut std::process::Child, secs: u64) -> std::process::ExitStatus {
+    for _ in 0..secs * 20 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    panic!("warden acp did not exit within {secs} s");
+}
+
+fn prompt_line(id: u32, session: &str, text: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"session/prompt","params":{{"sessionId":"{session}","prompt":[{{"type":"text","text":{}}}]}}}}"#,
+        json!(text)
+    )
+}
+
+/// An env whose model calls `sleep` for a minute, once per prompt: a prompt
+/// that answers in less was cancelled.
+fn sleeping(env: &Env, prompts: usize) -> String {
+    env.config(json!({"plugins": [Env::fixtures_plugin(json!({"timeout_ms": 120000}))]}));
+    let mut script = Vec::new();
+    for n in 0..prompts {
+        script.push(json!({"tool_calls": [{"id": format!("call_{n}"), "name": "sleep", "arguments": {"ms": 60000}}]}));
+        script.push(json!({"text": "slept"}));
+    }
+    env.cassette(Value::Array(script));
+    scripted(env)
+}
+
+/// Every tool call of the session ended (none is left pending or running).
+async fn calls_all_ended(env: &Env, session: &str) -> Vec<ToolState> {
+    let session = SessionId(session.to_string());
+    let calls = tool_parts(&env.ledger().messages(&session).await.unwrap());
+    let states: Vec<ToolState> = calls.into_iter().map(|(_, state)| state).collect();
+    assert!(
+        states
+            .iter()
+            .all(|s| matches!(s, ToolState::Completed { .. } | ToolState::Error { .. })),
+        "{states:?}"
+    );
+    states
+}
+
+#[tokio::test]
+async fn a_cancel_sent_right_behind_its_prompt_is_heard_and_the_session_is_free_again() {
+    let env = Env::new();
+    let model = sleeping(&env, 2);
+    let mut acp = Raw::start_with(&env, &["--model", &model]);
+    let session = acp.open(&env);
+    let cancel = format!(
+        r#"{{"jsonrpc":"2.0","method":"session/cancel","params":{{"sessionId":"{session}"}}}}"#
+    );
+    for id in [30, 31] {
+        // One write: the cancel is read before the prompt's run has started.
+        acp.send(&format!("{}\n{cancel}", prompt_line(id, &session, "sleep")));
+        let seen = acp.until(|m| m["id"] == id);
+        let answer = seen.last().unwrap();
+        assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+        assert!(
+            !seen
+                .iter()
+                .any(|m| m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"),
+            "the model was not asked again: {seen:?}"
+        );
+    }
+    for state in calls_all_ended(&env, &session).await {
+        let ToolState::Error { error, .. } = state else {
+            panic!("a cancelled call ends in error: {state:?}")
+        };
+        assert_eq!(error, "the session was aborted before the call finished");
+    }
+    drop(acp.child.stdin.take());
+    assert!(acp.exited(30).success());
+}
+
+#[tokio::test]
+async fn a_client_that_hangs_up_mid_call_aborts_the_run_and_warden_exits() {
+    let env = Env::new();
+    let model = sleeping(&env, 1);
+    let mut acp = Raw::start_with(&env, &["--model", &model]);
+    let session = acp.open(&env);
+    acp.send(&prompt_line(40, &session, "sleep"));
+    acp.until(|m| m["params"]["update"]["status"] == "in_progress");
+    drop(acp.child.stdin.take());
+    assert!(acp.exited(30).success());
+    let states = calls_all_ended(&env, &session).await;
+    assert!(
+        matches!(&states[..], [ToolState::Error { error, .. }] if error == "the session was aborted before the call finished"),
+        "{states:?}"
+    );
+}
+
+#[test]
+fn a_client_that_stops_reading_is_let_go_though_its_stdin_stays_open() {
+    let env = Env::new();
+    let mut acp = Raw::start(&env);
+    acp.open(&env);
+    // The client closes its end of warden's output but keeps writing.
+    let Raw { mut child, lines } = acp;
+    drop(lines);
+    let stdin = child.stdin.as_mut().unwrap();
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"session/list\"}\n")
+        .unwrap();
+    stdin.flush().unwrap();
+    let status = exited(&mut child, 30);
+    assert!(status.success(), "{status:?}");
+    drop(child.stdin.take());
 }
 
 fn error_of(answer: &Value) -> (i64, String) {
@@ -509,9 +657,16 @@ fn bad_json_rpc_is_answered_with_errors_and_the_agent_keeps_serving() {
         assert_eq!(c, code, "{line}: {m}");
         assert!(m.contains(says), "{line}: {m}");
     }
-    let init = acp.ask(r#"{"jsonrpc":"2.0","id":"i","method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}"#);
+    // What the client says of itself is stored without its control characters.
+    let init = acp.ask(r#"{"jsonrpc":"2.0","id":"i","method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{},"clientInfo":{"name":"edi\u0007tor\n","version":"2"}}}"#);
     assert_eq!(init["id"], "i");
     assert_eq!(init["result"]["protocolVersion"], 1);
+    let (c, m) = error_of(&acp.ask(r#"{"jsonrpc":"2.0","id":"i2","method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}"#));
+    assert_eq!(
+        (c, m.contains("initialized already")),
+        (-32600, true),
+        "{m}"
+    );
     let project = env.project().display().to_string();
     let new = |id: u32, cwd: &str, extra: &str| {
         format!(
@@ -553,6 +708,11 @@ fn bad_json_rpc_is_answered_with_errors_and_the_agent_keeps_serving() {
     assert!(
         !env.project().join("pwned").exists(),
         "a client's MCP server is never started"
+    );
+    let listed = acp.ask(r#"{"jsonrpc":"2.0","id":22,"method":"session/list"}"#);
+    assert_eq!(
+        listed["result"]["sessions"][0]["title"], "acp:editor 2",
+        "{listed}"
     );
     let prompt = format!(
         r#"{{"jsonrpc":"2.0","id":21,"method":"session/prompt","params":{{"sessionId":"{session}","prompt":[{{"type":"image","data":"AA==","mimeType":"image/png"}}]}}}}"#

@@ -202,7 +202,8 @@ impl Agent {
                 one_directory(&r.additional_directories)?;
                 let dir = self.confine(&r.cwd)?;
                 let ignored = self.ignore_mcp(&r.mcp_servers);
-                let title = format!("acp: {}", self.caller());
+                // The client as the audit trail names it ("acp:Zed 0.210").
+                let title = self.caller();
                 let session = self
                     .core
                     .create_session(&dir, &title)

@@ -472,6 +472,64 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_request_given_up_on_is_withdrawn_and_its_late_answer_dropped() {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (peer, _writer) = Peer::new(server);
+        let asking = tokio::spawn({
+            let peer = peer.clone();
+            async move { peer.request("session/request_permission", json!({})).await }
+        });
+        let mut lines = tokio::io::BufReader::new(client);
+        let Line::Text(sent) = read_line(&mut lines).await.unwrap() else {
+            panic!("nothing sent")
+        };
+        let Incoming::Request { id, .. } = parse(&sent).unwrap() else {
+            panic!("not a request")
+        };
+        // The turn that asked ends: its request task is dropped.
+        asking.abort();
+        assert!(asking.await.unwrap_err().is_cancelled());
+        let Line::Text(sent) = read_line(&mut lines).await.unwrap() else {
+            panic!("no withdrawal sent")
+        };
+        let Incoming::Notification { method, params } = parse(&sent).unwrap() else {
+            panic!("not a notification")
+        };
+        assert_eq!(method, "$/cancel_request");
+        assert_eq!(params["requestId"], json!(id));
+        assert!(
+            !peer.answered(&id, Ok(json!({}))),
+            "nothing waits for the answer any more"
+        );
+    }
+
+    #[tokio::test]
+    async fn room_waits_while_the_client_is_behind_and_wakes_as_it_reads() {
+        let (client, server) = tokio::io::duplex(1024);
+        let (peer, _writer) = Peer::new(server);
+        let big = "x".repeat(1 << 20);
+        for _ in 0..((MAX_QUEUED / 2) >> 20) + 1 {
+            peer.notify("n", json!({"text": big}));
+        }
+        let waiting = tokio::spawn({
+            let peer = peer.clone();
+            async move { peer.room().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "over half the limit waits");
+        // The client reads everything: room is made and the waiter wakes.
+        let reading = tokio::spawn(async move {
+            let mut client = client;
+            let mut sink = Vec::new();
+            let _ = tokio::io::AsyncReadExt::read_to_end(&mut client, &mut sink).await;
+        });
+        waiting.await.unwrap();
+        assert!(peer.queued.load(Ordering::Relaxed) <= MAX_QUEUED / 2);
+        assert!(!peer.gone.is_cancelled());
+        reading.abort();
+    }
+
+    #[tokio::test]
     async fn a_client_that_stops_reading_is_let_go_not_buffered_forever() {
         let (_client, server) = tokio::io::duplex(1024);
         let (peer, writer) = Peer::new(server);

@@ -519,4 +519,50 @@ mod tests {
                 .all(|c| c["sessionUpdate"] == "agent_message_chunk" && c["messageId"] == "msg_b")
         );
     }
+
+    #[test]
+    fn a_compaction_summary_is_a_thought_live_and_in_replay() {
+        let tools = Tools::new(Vec::new());
+        let mut s = Stream::new(&tools, Path::new("/"));
+        let info: MessageInfo = serde_json::from_value(json!({"role": "assistant", "id": "msg_s",
+            "sessionID": "ses_1", "parentID": "msg_user", "agent": "compaction", "mode": "compaction",
+            "providerID": "p", "modelID": "m", "path": {"cwd": "/", "root": "/"},
+            "time": {"created": 1}, "summary": true}))
+        .unwrap();
+        let part = Part {
+            id: PartId("prt_s".into()),
+            session_id: SessionId("ses_1".into()),
+            message_id: MessageId("msg_s".into()),
+            body: PartBody::Text {
+                text: "We read a.rs.".into(),
+                synthetic: false,
+                time: None,
+                ignored: false,
+            },
+        };
+        assert!(
+            s.updates(&Event::MessageUpdated { info: info.clone() })
+                .is_empty()
+        );
+        let live: Vec<Value> = s
+            .updates(&Event::PartUpdated {
+                part: part.clone(),
+                delta: None,
+            })
+            .iter()
+            .map(wire)
+            .collect();
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0]["sessionUpdate"], "agent_thought_chunk");
+        assert_eq!(live[0]["content"]["text"], "We read a.rs.");
+        let stored = MessageWithParts {
+            info,
+            parts: vec![part],
+        };
+        let replayed: Vec<Value> = replay(&[stored], &tools, Path::new("/"))
+            .iter()
+            .map(wire)
+            .collect();
+        assert_eq!(replayed, live, "a load shows it as it was shown live");
+    }
 }
