@@ -7,7 +7,7 @@
 // are the options chosen for each session/request_permission, in order
 // ("cancelled" answers with the cancelled outcome, "error" with a JSON-RPC
 // error); each step is one of
-//   {"do": "initialize"}
+//   {"do": "initialize", "capabilities": CAPS}    -> CAPS merged into its own
 //   {"do": "new", "cwd": DIR}                      -> session id kept
 //   {"do": "prompt", "text": T, "cancelOn": STATUS} -> cancels when a tool
 //                                                     call reaches STATUS
@@ -69,7 +69,10 @@ const out = await app.connectWith(stream, async (ctx) => {
       await attempt("initialize", () =>
         ctx.request(acp.methods.agent.initialize, {
           protocolVersion: acp.PROTOCOL_VERSION,
-          clientCapabilities: { fs: { readTextFile: false, writeTextFile: false } },
+          clientCapabilities: {
+            fs: { readTextFile: false, writeTextFile: false },
+            ...(step.capabilities ?? {}),
+          },
           clientInfo: { name: "acp-test-editor", version: "9.1" },
         }),
       );

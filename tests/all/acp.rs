@@ -429,6 +429,81 @@ fn a_retry_and_the_models_reasoning_are_shown_as_thoughts() {
     assert_eq!(entries(&seen, "prompt")[0]["stopReason"], "end_turn");
 }
 
+#[test]
+fn a_compaction_is_a_thought_or_for_a_client_that_shows_them_its_own_updates() {
+    let script = json!([
+        {"error": {"kind": "context-overflow", "message": "prompt is too long", "status": 400}},
+        {"text": "SUMMARY: nothing yet."},
+        {"text": "answered after compaction"}
+    ]);
+    let kinds = |seen: &Value| -> Vec<(String, String)> {
+        entries(seen, "update")
+            .iter()
+            .map(|u| {
+                let kind = u["sessionUpdate"].as_str().unwrap().to_string();
+                let what = u["content"]["text"]
+                    .as_str()
+                    .or(u["status"].as_str())
+                    .unwrap_or_default()
+                    .to_string();
+                (kind, what)
+            })
+            .collect()
+    };
+    let pairs = |want: &[(&str, &str)]| -> Vec<(String, String)> {
+        want.iter()
+            .map(|(k, w)| (k.to_string(), w.to_string()))
+            .collect()
+    };
+    for shows in [false, true] {
+        let env = Env::new();
+        env.cassette(script.clone());
+        let model = scripted(&env);
+        let caps = if shows {
+            json!({"session": {"compaction": {}}})
+        } else {
+            json!({})
+        };
+        let seen = drive(
+            &env,
+            &["--model", &model],
+            json!([]),
+            json!([{"do": "initialize", "capabilities": caps}, {"do": "new", "cwd": env.project()},
+                   {"do": "prompt", "text": "hello"}]),
+        );
+        assert_eq!(entries(&seen, "prompt")[0]["stopReason"], "end_turn");
+        let want = if shows {
+            pairs(&[
+                ("compaction_update", "in_progress"),
+                ("compaction_summary_chunk", "SUMMARY: nothing yet."),
+                ("compaction_update", "completed"),
+                ("agent_message_chunk", "answered after compaction"),
+            ])
+        } else {
+            pairs(&[
+                (
+                    "agent_thought_chunk",
+                    "warden is compacting the conversation: earlier messages will be sent as a summary.",
+                ),
+                ("agent_thought_chunk", "SUMMARY: nothing yet."),
+                ("agent_message_chunk", "answered after compaction"),
+            ])
+        };
+        assert_eq!(kinds(&seen), want, "shows compaction: {shows}");
+        if shows {
+            let ids: Vec<&Value> = entries(&seen, "update")
+                .into_iter()
+                .filter_map(|u| u.get("compactionId"))
+                .collect();
+            assert_eq!(ids.len(), 3);
+            assert!(
+                ids.iter().all(|id| *id == ids[0]),
+                "one compaction: {ids:?}"
+            );
+        }
+    }
+}
+
 /// `warden acp` on raw lines: each answer by its id.
 struct Raw {
     child: std::process::Child,

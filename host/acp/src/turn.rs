@@ -8,10 +8,10 @@
 //! writer, so the answer never overtakes an update.
 
 use agent_client_protocol_schema::v1::{
-    self as acp, CompactionStatus, CompactionUpdate, ContentBlock, ContentChunk,
-    EmbeddedResourceResource, Error, Notice, NoticeSeverity, PromptRequest, PromptResponse,
-    SessionNotification, SessionUpdate, StopReason, ToolCall, ToolCallStatus, ToolCallUpdate,
-    ToolCallUpdateFields, ToolKind,
+    self as acp, CompactionStatus, CompactionSummaryChunk, CompactionUpdate, ContentBlock,
+    ContentChunk, EmbeddedResourceResource, Error, Notice, NoticeSeverity, PromptRequest,
+    PromptResponse, SessionNotification, SessionUpdate, StopReason, ToolCall, ToolCallStatus,
+    ToolCallUpdate, ToolCallUpdateFields, ToolKind,
 };
 use std::collections::HashSet;
 
@@ -189,8 +189,28 @@ impl Turn<'_> {
         if event.session_id() != self.id {
             return;
         }
+        // A client that shows compactions gets the summary as the
+        // compaction's own; any other sees it as the agent's thought.
+        let summary = match (event, &self.compaction) {
+            (Event::PartUpdated { part, .. }, Some(compaction))
+                if matches!(part.body, PartBody::Text { .. })
+                    && self.stream.is_summary(&part.message_id.0)
+                    && self.shows(|c| c.shows_compaction()) =>
+            {
+                Some(compaction.clone())
+            }
+            _ => None,
+        };
         for update in self.stream.updates(event) {
-            self.send(update);
+            match (update, &summary) {
+                (SessionUpdate::AgentThoughtChunk(chunk), Some(compaction)) => self.send(
+                    SessionUpdate::CompactionSummaryChunk(CompactionSummaryChunk::new(
+                        acp::CompactionId::new(compaction.as_str()),
+                        chunk.content,
+                    )),
+                ),
+                (update, _) => self.send(update),
+            }
         }
         match event {
             Event::PermissionAsked { request } => self.ask(request),

@@ -246,6 +246,11 @@ impl<'a> Stream<'a> {
             .map(String::as_str)
     }
 
+    /// Whether `message` is a compaction summary.
+    pub fn is_summary(&self, message: &str) -> bool {
+        self.summaries.contains(message)
+    }
+
     /// The updates an event of the session calls for (often none).
     pub fn updates(&mut self, event: &Event) -> Vec<SessionUpdate> {
         match event {
