@@ -363,12 +363,7 @@ async fn reject_always_adds_a_literal_deny_for_the_session() {
 #[tokio::test]
 async fn a_cancel_mid_call_interrupts_the_guest_and_the_prompt_answers_cancelled() {
     let env = Env::new();
-    env.config(json!({"plugins": [Env::fixtures_plugin(json!({"timeout_ms": 120000}))]}));
-    env.cassette(json!([
-        {"tool_calls": [{"id": "call_1", "name": "sleep", "arguments": {"ms": 60000}}]},
-        {"text": "never reached"}
-    ]));
-    let model = scripted(&env);
+    let model = sleeping(&env, 1);
     let seen = drive(
         &env,
         &["--model", &model],

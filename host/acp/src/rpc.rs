@@ -447,8 +447,12 @@ mod tests {
         assert!(matches!(read_line(&mut reader).await.unwrap(), Line::End));
     }
 
-    #[tokio::test]
-    async fn a_request_waits_for_its_own_answer() {
+    type Asking = tokio::task::JoinHandle<Result<Value, Error>>;
+    type Client = tokio::io::BufReader<tokio::io::DuplexStream>;
+
+    /// A peer that has sent one permission request: the task waiting for
+    /// its answer, the client's end, and the request's id.
+    async fn one_request() -> (Peer, Asking, Client, RequestId) {
         let (client, server) = tokio::io::duplex(1 << 16);
         let (peer, _writer) = Peer::new(server);
         let asking = tokio::spawn({
@@ -466,6 +470,12 @@ mod tests {
             panic!("not a request")
         };
         assert_eq!(method, "session/request_permission");
+        (peer, asking, lines, id)
+    }
+
+    #[tokio::test]
+    async fn a_request_waits_for_its_own_answer() {
+        let (peer, asking, _lines, id) = one_request().await;
         assert!(!peer.answered(&RequestId::Number(99), Ok(Value::Null)));
         assert!(peer.answered(&id, Ok(json!({"ok": true}))));
         assert_eq!(asking.await.unwrap().unwrap(), json!({"ok": true}));
@@ -473,19 +483,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_given_up_on_is_withdrawn_and_its_late_answer_dropped() {
-        let (client, server) = tokio::io::duplex(1 << 16);
-        let (peer, _writer) = Peer::new(server);
-        let asking = tokio::spawn({
-            let peer = peer.clone();
-            async move { peer.request("session/request_permission", json!({})).await }
-        });
-        let mut lines = tokio::io::BufReader::new(client);
-        let Line::Text(sent) = read_line(&mut lines).await.unwrap() else {
-            panic!("nothing sent")
-        };
-        let Incoming::Request { id, .. } = parse(&sent).unwrap() else {
-            panic!("not a request")
-        };
+        let (peer, asking, mut lines, id) = one_request().await;
         // The turn that asked ends: its request task is dropped.
         asking.abort();
         assert!(asking.await.unwrap_err().is_cancelled());
