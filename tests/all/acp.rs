@@ -645,6 +645,20 @@ async fn a_cancel_sent_right_behind_its_prompt_is_heard_and_the_session_is_free_
             "the model was not asked again: {seen:?}"
         );
     }
+    // Closing the session right behind a prompt cancels it the same way.
+    acp.send(&format!(
+        "{}\n{}",
+        prompt_line(32, &session, "sleep"),
+        format_args!(
+            r#"{{"jsonrpc":"2.0","id":33,"method":"session/close","params":{{"sessionId":"{session}"}}}}"#
+        )
+    ));
+    let seen = acp.until(|m| m["id"] == 32);
+    assert_eq!(
+        seen.last().unwrap()["result"]["stopReason"],
+        "cancelled",
+        "{seen:?}"
+    );
     for state in calls_all_ended(&env, &session).await {
         let ToolState::Error { error, .. } = state else {
             panic!("a cancelled call ends in error: {state:?}")
@@ -663,6 +677,13 @@ async fn a_client_that_hangs_up_mid_call_aborts_the_run_and_warden_exits() {
     let session = acp.open(&env);
     acp.send(&prompt_line(40, &session, "sleep"));
     acp.until(|m| m["params"]["update"]["status"] == "in_progress");
+    // Opening it again while its prompt runs would lose the prompt's cancel.
+    let load = acp.ask(&format!(
+        r#"{{"jsonrpc":"2.0","id":41,"method":"session/load","params":{{"sessionId":"{session}","cwd":{},"mcpServers":[]}}}}"#,
+        json!(env.project())
+    ));
+    let (c, m) = error_of(&load);
+    assert_eq!((c, m.contains("running a prompt")), (-32602, true), "{m}");
     drop(acp.child.stdin.take());
     assert!(acp.exited(30).success());
     let states = calls_all_ended(&env, &session).await;

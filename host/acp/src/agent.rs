@@ -89,6 +89,8 @@ pub struct Open {
 pub struct Prompting {
     agent: Arc<Agent>,
     pub id: SessionId,
+    /// The directory the session works in, as it was when the prompt came.
+    pub directory: PathBuf,
     pub token: Arc<CancellationToken>,
 }
 
@@ -209,7 +211,7 @@ impl Agent {
                     .create_session(&dir, &title)
                     .await
                     .map_err(internal)?;
-                self.open_session(&session.id, dir);
+                self.open_session(&session.id, dir)?;
                 let mut response =
                     NewSessionResponse::new(acp::SessionId::new(session.id.0.as_str()));
                 if let Some(meta) = ignored {
@@ -319,6 +321,7 @@ impl Agent {
         Ok(Prompting {
             agent: self.clone(),
             id: id.clone(),
+            directory: session.directory.clone(),
             token,
         })
     }
@@ -360,9 +363,19 @@ impl Agent {
             .unwrap_or_else(|| "acp:unnamed client".into())
     }
 
-    fn open_session(&self, id: &SessionId, directory: PathBuf) {
-        let caller = self.core.callers().open(id, self.caller());
-        self.lock_open().insert(
+    /// Open `id` on this connection. Refused while a prompt of it runs
+    /// here: opening it again would lose the prompt's cancel. Checked and
+    /// opened under one lock, so a prompt read meanwhile cannot slip between.
+    fn open_session(&self, id: &SessionId, directory: PathBuf) -> Result<(), Error> {
+        let caller = self.caller();
+        let mut open = self.lock_open();
+        if open.get(id).is_some_and(|o| o.prompting.is_some()) {
+            return Err(invalid(format!(
+                "session {id} is running a prompt on this connection; wait for its answer or send session/cancel"
+            )));
+        }
+        let caller = self.core.callers().open(id, caller);
+        open.insert(
             id.clone(),
             Open {
                 directory,
@@ -370,6 +383,7 @@ impl Agent {
                 _caller: caller,
             },
         );
+        Ok(())
     }
 
     /// A stored session, opened on this connection: it must exist, work in
@@ -390,16 +404,7 @@ impl Agent {
                 dir.display()
             )));
         }
-        if self
-            .lock_open()
-            .get(id)
-            .is_some_and(|o| o.prompting.is_some())
-        {
-            return Err(invalid(format!(
-                "session {id} is running a prompt on this connection"
-            )));
-        }
-        self.open_session(id, dir.clone());
+        self.open_session(id, dir.clone())?;
         Ok(dir)
     }
 

@@ -13,7 +13,7 @@ use agent_client_protocol_schema::v1::{
     PromptResponse, SessionNotification, SessionUpdate, StopReason, ToolCall, ToolCallStatus,
     ToolCallUpdate, ToolCallUpdateFields, ToolKind,
 };
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
@@ -25,7 +25,7 @@ use warden_protocol::{
     SessionId, SessionStatus,
 };
 
-use crate::agent::{Agent, Prompting, not_open};
+use crate::agent::{Agent, Prompting};
 use crate::rpc::code;
 use crate::updates::{Stream, Tools};
 
@@ -40,9 +40,9 @@ pub async fn prompt(
     let id = prompting.id.clone();
     let token = prompting.token.clone();
     let text = prompt_text(&request.prompt)?;
-    let Some(directory) = agent.lock_open().get(&id).map(|o| o.directory.clone()) else {
-        return Err(not_open(&id));
-    };
+    // A session closed meanwhile cancelled the token: the answer is then
+    // `cancelled`, as for a session/cancel.
+    let directory = prompting.directory.clone();
     let result = if token.is_cancelled() {
         // Cancelled before it started: nothing runs.
         Ok(None)
@@ -118,6 +118,7 @@ async fn run(
         stream: Stream::new(&tools, directory),
         asks: JoinSet::new(),
         asked: HashSet::new(),
+        synthetic: HashMap::new(),
         compaction: None,
     };
     let input = PromptInput {
@@ -160,6 +161,7 @@ async fn run(
             Err(_) => break,
         }
     }
+    turn.finish().await;
     result
 }
 
@@ -173,6 +175,8 @@ struct Turn<'a> {
     asks: JoinSet<()>,
     /// The questions asked so far, by id.
     asked: HashSet<String>,
+    /// The calls shown for questions of no call, by the task asking.
+    synthetic: HashMap<tokio::task::Id, acp::ToolCallId>,
     /// The compaction under way, by its part's id.
     compaction: Option<String>,
 }
@@ -317,8 +321,45 @@ impl Turn<'_> {
             self.agent.core.clone(),
             request.clone(),
         );
-        self.asks
+        let shown = call.tool_call_id.clone();
+        let task = self
+            .asks
             .spawn(crate::ask::ask(peer, core, request, call, synthetic));
+        if synthetic {
+            self.synthetic.insert(task.id(), shown);
+        }
+    }
+
+    /// End what the turn showed and did not end, before its answer is
+    /// sent: questions still out are withdrawn (their tasks aborted), a
+    /// call shown for one of them fails, and so does a compaction under way.
+    async fn finish(&mut self) {
+        self.asks.abort_all();
+        while let Some(done) = self.asks.join_next_with_id().await {
+            let (task, ended) = match &done {
+                Ok((task, ())) => (*task, true),
+                Err(e) => (e.id(), false),
+            };
+            if let Some(call) = self.synthetic.remove(&task)
+                && !ended
+            {
+                self.send(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    call,
+                    ToolCallUpdateFields::new().status(ToolCallStatus::Failed),
+                )));
+            }
+        }
+        if let Some(compaction) = self.compaction.take()
+            && self.shows(|c| c.shows_compaction())
+        {
+            self.send(SessionUpdate::CompactionUpdate(
+                CompactionUpdate::new(
+                    acp::CompactionId::new(compaction.as_str()),
+                    CompactionStatus::Failed,
+                )
+                .error("the turn ended before the compaction did".to_string()),
+            ));
+        }
     }
 
     /// Ask what waits unasked (after events were missed).

@@ -194,7 +194,8 @@ fn text_part_id(message: &MessageId) -> String {
 /// with `None`), under the lease the caller's actor holds. Returns the
 /// answer to `up_to` (whoever gave it), or with `None` the last answer
 /// given here, if any. Stops early when cancelled: what is left stays
-/// queued for the next run.
+/// queued for the next run, except `up_to` itself, which its cancelled
+/// caller withdraws.
 pub(crate) async fn drain(
     core: &Core,
     session: &SessionId,
@@ -234,7 +235,15 @@ pub(crate) async fn drain(
         Some(n) => match ledger.queued_prompt(n).await? {
             Some(entry) => match settled(core, &entry).await {
                 Some(done) => done.map(Some),
-                None => Err(CoreError::Cancelled),
+                None => {
+                    // Cancelled before its turn came: withdrawn, so that no
+                    // later run answers a prompt its caller gave up on.
+                    let error = CoreError::Cancelled.to_string();
+                    ledger
+                        .settle_prompt(session, n, &PromptState::Failed { error })
+                        .await?;
+                    Err(CoreError::Cancelled)
+                }
             },
             None => Err(CoreError::SessionNotFound(session.clone())),
         },
